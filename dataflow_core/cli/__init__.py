@@ -1,0 +1,72 @@
+"""The `dataflow` command line.
+
+Each subcommand lives in its own module exposing `register(subparsers)`; the module
+sets `func` on its parser. Errors become one readable line unless `--verbose`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from dataflow_core.errors import DataflowError
+
+# Subcommand modules, in the order `--help` lists them.
+SUBCOMMANDS = ("replay", "generate", "sql")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dataflow",
+        description=(
+            "The Dataflow model (what / where / when / how) on Spark, Delta Lake, "
+            "Airflow and Great Expectations."
+        ),
+        epilog="Run `dataflow COMMAND --help` for a command's options.",
+    )
+    parser.add_argument(
+        "-v", "--verbose", action="store_true", help="show full tracebacks on errors"
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"dataflow_core.cli.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"dataflow_core.cli.{name}":
+                continue  # subcommand not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except DataflowError as exc:
+        if args.verbose:
+            raise
+        print(f"dataflow {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"dataflow {args.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - last line of defence for a readable error
+        if args.verbose:
+            raise
+        print(
+            f"dataflow {args.command}: error: {type(exc).__name__}: {exc} "
+            "(run with --verbose for the traceback)",
+            file=sys.stderr,
+        )
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
