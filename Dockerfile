@@ -1,0 +1,46 @@
+# The project's one image: Airflow 3 (api-server, scheduler, dag-processor, triggerer), the
+# Spark standalone master and workers, and the jobs themselves all run from it, so the driver
+# and the executors always have the same Python, pyspark, delta-spark and project code.
+#
+#   docker build -t dataflow-lakehouse .     (docker compose up --build does this for you)
+
+# bookworm: its OpenJDK is 17, the Java Spark 4 and Delta 4 are tested with.
+FROM python:3.11-slim-bookworm
+
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && rm -rf /var/lib/apt/lists/* \
+    && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17
+
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    PYSPARK_PYTHON=python3 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Same uid as the official Airflow image, so volumes move between the two without chown.
+RUN useradd --create-home --uid 50000 --gid 0 dataflow \
+    && mkdir -p /opt/dataflow /opt/airflow /warehouse \
+    && chown dataflow:0 /opt/dataflow /opt/airflow /warehouse
+WORKDIR /opt/dataflow
+
+# Dependencies first (their layer survives code edits), exactly the locked versions.
+COPY requirements.lock ./
+RUN pip install --no-deps -r requirements.lock
+# Postgres driver for Airflow's metadata DB in docker-compose.yml (local runs use SQLite).
+RUN pip install psycopg2-binary==2.9.10
+
+COPY --chown=dataflow:0 pyproject.toml README.md ./
+COPY --chown=dataflow:0 dataflow_core ./dataflow_core
+COPY --chown=dataflow:0 jobs ./jobs
+COPY --chown=dataflow:0 expectations ./expectations
+COPY --chown=dataflow:0 dags ./dags
+# Editable, as in development: paths relative to the project (expectations/, .cache/) resolve.
+RUN pip install --no-deps -e . && chown -R dataflow:0 /opt/dataflow
+
+USER dataflow
+# Resolve the Delta jars from Maven Central now, so containers start without network access.
+RUN python -m dataflow_core.spark.jars
+
+ENV DATAFLOW_WAREHOUSE=/warehouse

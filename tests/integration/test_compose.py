@@ -1,0 +1,200 @@
+"""docker-compose.yml and the Dockerfile fit together and with the repository.
+
+No Docker engine runs where the tests run, so this checks what can be checked without one:
+the compose file's wiring (who depends on whom, which master the workers join, where the
+warehouse is mounted, which database Airflow uses) and that the image build only copies
+files that exist.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+
+AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
+SPARK_SERVICES = ("spark-master", *SPARK_WORKERS)
+MASTER_URL = "spark://spark-master:7077"
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, dict]:
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    return compose["services"]
+
+
+def _env(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):  # the "KEY=value" list form
+        env = dict(item.split("=", 1) for item in env)
+    return {key: str(value) for key, value in env.items()}
+
+
+def _command(service: dict) -> list[str]:
+    command = service.get("command") or []
+    return shlex.split(command) if isinstance(command, str) else [str(part) for part in command]
+
+
+def _mount_targets(service: dict, source: str) -> set[str]:
+    """Where a named volume (or host path) `source` is mounted in a service."""
+    targets = set()
+    for volume in service.get("volumes") or []:
+        if isinstance(volume, str):
+            parts = volume.split(":")
+            if parts[0] == source and len(parts) >= 2:
+                targets.add(parts[1])
+        elif volume.get("source") == source:
+            targets.add(volume["target"])
+    return targets
+
+
+def _depends_on(service: dict) -> dict[str, str]:
+    depends = service.get("depends_on") or {}
+    if isinstance(depends, list):
+        return {name: "service_started" for name in depends}
+    return {name: spec.get("condition", "service_started") for name, spec in depends.items()}
+
+
+def test_every_service_of_the_stack_is_defined(services):
+    expected = {"postgres", "airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES}
+    assert expected <= set(services), f"missing services: {sorted(expected - set(services))}"
+
+
+def test_project_services_are_built_from_the_dockerfile(services):
+    for name in ("airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES):
+        build = services[name].get("build")
+        assert build, f"{name} has no build section"
+        context = ROOT / build.get("context", ".")
+        assert context.resolve() == ROOT, f"{name} builds from {context}, not the repository root"
+        assert (context / build.get("dockerfile", "Dockerfile")).resolve() == DOCKERFILE
+    images = {services[name].get("image") for name in ("airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES)}
+    assert len(images) == 1, f"the Airflow and Spark services should share one image tag, got {images}"
+
+
+def test_airflow_waits_for_postgres_and_the_migration(services):
+    init = services["airflow-init"]
+    assert _command(init)[:3] == ["airflow", "db", "migrate"]
+    assert _depends_on(init).get("postgres") == "service_healthy"
+    assert "healthcheck" in services["postgres"]
+    for name in AIRFLOW_SERVICES:
+        depends = _depends_on(services[name])
+        assert depends.get("postgres") == "service_healthy", f"{name} does not wait for postgres"
+        assert depends.get("airflow-init") == "service_completed_successfully", (
+            f"{name} does not wait for the DB migration"
+        )
+
+
+def test_each_airflow_component_runs_its_own_command(services):
+    expected = {
+        "airflow-apiserver": "api-server",
+        "airflow-scheduler": "scheduler",
+        "airflow-dag-processor": "dag-processor",
+        "airflow-triggerer": "triggerer",
+    }
+    for name, subcommand in expected.items():
+        words = " ".join(_command(services[name])).split()
+        assert any(
+            words[i] == "airflow" and words[i + 1] == subcommand for i in range(len(words) - 1)
+        ), f"{name} does not run `airflow {subcommand}`: {_command(services[name])}"
+
+
+def test_airflow_uses_the_postgres_service_and_the_dags_folder(services):
+    postgres_env = _env(services["postgres"])
+    for name in ("airflow-init", *AIRFLOW_SERVICES):
+        env = _env(services[name])
+        url = urlsplit(env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"])
+        assert url.scheme.startswith("postgresql"), f"{name}: {url.scheme}"
+        assert url.hostname == "postgres", f"{name} points its DB at {url.hostname}"
+        assert url.username == postgres_env["POSTGRES_USER"]
+        assert url.path.lstrip("/") == postgres_env["POSTGRES_DB"]
+        assert env["AIRFLOW__CORE__LOAD_EXAMPLES"].lower() == "false"
+        assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-apiserver:8080/")
+        # All components sign and check the same tokens.
+        assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == _env(services["airflow-apiserver"])[
+            "AIRFLOW__API_AUTH__JWT_SECRET"
+        ]
+    for name in AIRFLOW_SERVICES:
+        dags_folder = _env(services[name])["AIRFLOW__CORE__DAGS_FOLDER"]
+        assert dags_folder in _mount_targets(services[name], "./dags"), (
+            f"{name}: dags/ is not mounted at {dags_folder}"
+        )
+
+
+def test_workers_join_the_master(services):
+    master = _command(services["spark-master"])
+    assert master[:2] == ["spark-class", "org.apache.spark.deploy.master.Master"]
+    host = master[master.index("--host") + 1]
+    port = master[master.index("--port") + 1]
+    assert f"spark://{host}:{port}" == MASTER_URL
+    for name in SPARK_WORKERS:
+        command = _command(services[name])
+        assert command[:2] == ["spark-class", "org.apache.spark.deploy.worker.Worker"]
+        assert command[-1] == MASTER_URL, f"{name} joins {command[-1]}"
+        assert "spark-master" in _depends_on(services[name])
+    for name in AIRFLOW_SERVICES:
+        assert _env(services[name])["DATAFLOW_SPARK_MASTER"] == MASTER_URL
+
+
+def test_warehouse_volume_is_shared_at_the_same_path(services):
+    for name in AIRFLOW_SERVICES:
+        assert _env(services[name])["DATAFLOW_WAREHOUSE"] == "/warehouse"
+    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
+        assert _mount_targets(services[name], "warehouse") == {"/warehouse"}, (
+            f"{name} does not mount the warehouse volume at /warehouse"
+        )
+    compose = yaml.safe_load(COMPOSE_FILE.read_text())
+    assert "warehouse" in compose["volumes"]
+
+
+def test_spark_driver_is_reachable_from_the_workers(services):
+    # Tasks (hence Spark drivers) run in the scheduler: executors must resolve its name.
+    scheduler = services["airflow-scheduler"]
+    assert scheduler.get("hostname") == "airflow-scheduler"
+    assert _env(scheduler)["SPARK_LOCAL_HOSTNAME"] == "airflow-scheduler"
+
+
+def _dockerfile_instructions() -> list[tuple[str, str]]:
+    text = DOCKERFILE.read_text().replace("\\\n", " ")
+    instructions = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            instructions.append((keyword.upper(), rest.strip()))
+    return instructions
+
+
+def test_dockerfile_copies_only_files_that_exist():
+    copies = [rest for keyword, rest in _dockerfile_instructions() if keyword in ("COPY", "ADD")]
+    assert copies, "the Dockerfile copies nothing from the repository"
+    for rest in copies:
+        words = [word for word in rest.split() if not word.startswith("--")]
+        for source in words[:-1]:
+            assert (ROOT / source).exists(), f"Dockerfile copies {source}, which is not in the repository"
+
+
+def test_dockerfile_builds_the_project_image():
+    instructions = _dockerfile_instructions()
+    base = next(rest for keyword, rest in instructions if keyword == "FROM")
+    assert re.match(r"python:3\.11-slim", base), base
+    runs = " ".join(rest for keyword, rest in instructions if keyword == "RUN")
+    assert "openjdk-17-jre" in runs
+    assert "-r requirements.lock" in runs
+    assert "pip install --no-deps -e ." in runs
+    # Delta jars are resolved at build time by the project's own module.
+    modules = re.findall(r"python -m ([\w.]+)", runs)
+    assert "dataflow_core.spark.jars" in modules
+    for module in modules:
+        path = ROOT / module.replace(".", "/")
+        assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), (
+            f"the Dockerfile runs `python -m {module}`, which is not in the repository"
+        )
