@@ -1,0 +1,170 @@
+"""The input rules, read once from an expectation-suite file in `expectations/`.
+
+The file is a Great Expectations suite (GE's own JSON layout). Both the GE validation
+(`dataflow_core.quality.validate`) and the row-level split (`dataflow_core.quality.split`)
+are built from the `Rule` objects here, so they cannot drift apart. Only expectation types
+with an exact row-level meaning are accepted; anything else is refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+
+from dataflow_core.errors import DataflowError
+
+EXPECTATIONS_DIR_ENV = "DATAFLOW_EXPECTATIONS_DIR"
+DEFAULT_SUITE = "video_events"
+
+
+def expectations_dir() -> Path:
+    """`$DATAFLOW_EXPECTATIONS_DIR`, else the repository's `expectations/` folder."""
+    configured = os.environ.get(EXPECTATIONS_DIR_ENV)
+    if configured:
+        return Path(configured)
+    return Path(__file__).resolve().parents[2] / "expectations"
+
+
+# --- row predicates per expectation type (true = the row passes) --------------------
+# They follow GE's semantics: column-map expectations other than not-null ignore nulls,
+# and the pair rule ignores a row as `ignore_row_if` says.
+
+
+def _not_null(kw: dict[str, Any]) -> Column:
+    return F.col(kw["column"]).isNotNull()
+
+
+def _in_set(kw: dict[str, Any]) -> Column:
+    column = F.col(kw["column"])
+    return column.isNull() | column.isin(list(kw["value_set"]))
+
+
+def _between(kw: dict[str, Any]) -> Column:
+    column = F.col(kw["column"])
+    ok = F.lit(True)
+    if kw.get("min_value") is not None:
+        low = F.lit(kw["min_value"])
+        ok = ok & (column > low if kw.get("strict_min") else column >= low)
+    if kw.get("max_value") is not None:
+        high = F.lit(kw["max_value"])
+        ok = ok & (column < high if kw.get("strict_max") else column <= high)
+    return column.isNull() | ok
+
+
+def _a_greater_than_b(kw: dict[str, Any]) -> Column:
+    a, b = F.col(kw["column_A"]), F.col(kw["column_B"])
+    compare = a >= b if kw.get("or_equal") else a > b
+    ignore = kw.get("ignore_row_if", "both_values_are_missing")
+    if ignore == "either_value_is_missing":
+        skipped = a.isNull() | b.isNull()
+    elif ignore == "both_values_are_missing":
+        skipped = a.isNull() & b.isNull()
+    else:
+        skipped = F.lit(False)
+    return skipped | compare
+
+
+_PREDICATES: dict[str, Callable[[dict[str, Any]], Column]] = {
+    "expect_column_values_to_not_be_null": _not_null,
+    "expect_column_values_to_be_in_set": _in_set,
+    "expect_column_values_to_be_between": _between,
+    "expect_column_pair_values_a_to_be_greater_than_b": _a_greater_than_b,
+}
+_REQUIRED_KWARGS: dict[str, tuple[str, ...]] = {
+    "expect_column_values_to_not_be_null": ("column",),
+    "expect_column_values_to_be_in_set": ("column", "value_set"),
+    "expect_column_values_to_be_between": ("column",),
+    "expect_column_pair_values_a_to_be_greater_than_b": ("column_A", "column_B"),
+}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One expectation: its reason tag, GE type and kwargs, and why it exists."""
+
+    name: str
+    expectation_type: str
+    kwargs: dict[str, Any]
+    description: str = ""
+
+    def passes(self) -> Column:
+        """Spark predicate, true when a row satisfies the rule (never null)."""
+        return F.coalesce(_PREDICATES[self.expectation_type](self.kwargs), F.lit(False))
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return tuple(self.kwargs[k] for k in ("column", "column_A", "column_B") if k in self.kwargs)
+
+
+@dataclass(frozen=True)
+class RuleSet:
+    """A named, ordered list of rules (one suite file)."""
+
+    name: str
+    rules: tuple[Rule, ...]
+    source: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def rule(self, name: str) -> Rule:
+        for rule in self.rules:
+            if rule.name == name:
+                return rule
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(rule.name for rule in self.rules)
+
+
+def load_rules(suite: str = DEFAULT_SUITE, directory: Path | str | None = None) -> RuleSet:
+    """Read `<directory>/<suite>.json` (or a path to a .json file) into checked rules."""
+    path = Path(suite) if str(suite).endswith(".json") else (
+        Path(directory) if directory else expectations_dir()
+    ) / f"{suite}.json"
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataflowError(f"expectation suite file {path} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise DataflowError(f"expectation suite file {path}: invalid JSON at line {exc.lineno}: "
+                            f"{exc.msg}") from None
+    return rules_from_document(document, source=str(path))
+
+
+def rules_from_document(document: dict[str, Any], source: str = "<suite>") -> RuleSet:
+    """Check a GE suite document and turn each expectation into a `Rule`."""
+    if not isinstance(document, dict) or not isinstance(document.get("expectations"), list):
+        raise DataflowError(f"expectation suite {source}: needs a list under 'expectations'")
+    name = document.get("name") or Path(source).stem
+    rules: list[Rule] = []
+    for index, item in enumerate(document["expectations"], start=1):
+        where = f"expectation suite {source}, expectation #{index}"
+        if not isinstance(item, dict):
+            raise DataflowError(f"{where}: must be an object")
+        etype = item.get("type")
+        kwargs = item.get("kwargs") or {}
+        rule_name = (item.get("meta") or {}).get("rule")
+        if etype not in _PREDICATES:
+            raise DataflowError(
+                f"{where}: type {etype!r} has no row-level form; use one of "
+                + ", ".join(sorted(_PREDICATES))
+            )
+        missing = [k for k in _REQUIRED_KWARGS[etype] if k not in kwargs]
+        if missing:
+            raise DataflowError(f"{where} ({etype}): kwargs lack {', '.join(missing)}")
+        if kwargs.get("mostly", 1.0) != 1.0:
+            raise DataflowError(f"{where} ({etype}): 'mostly' is not supported; a row either "
+                                "passes or is quarantined")
+        if not isinstance(rule_name, str) or not rule_name.strip():
+            raise DataflowError(f"{where} ({etype}): meta.rule (the quarantine reason tag) is "
+                                "missing")
+        if any(r.name == rule_name for r in rules):
+            raise DataflowError(f"{where}: rule name {rule_name!r} is used twice")
+        rules.append(Rule(rule_name, etype, dict(kwargs), item.get("description") or ""))
+    return RuleSet(name=name, rules=tuple(rules), source=source, meta=document.get("meta") or {})

@@ -1,0 +1,140 @@
+"""Great Expectations adapter: validate a Spark DataFrame against a rule set.
+
+Uses an ephemeral GE context (nothing written to disk) with a Spark datasource that reuses
+the caller's SparkSession. The report names every expectation and whether it failed.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.quality.rules import RuleSet, load_rules
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+# GE would otherwise try to send usage statistics over a network this platform may not have.
+os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+
+
+@dataclass(frozen=True)
+class ExpectationOutcome:
+    """One expectation's verdict on the data."""
+
+    rule: str
+    expectation_type: str
+    columns: tuple[str, ...]
+    success: bool
+    element_count: int | None
+    unexpected_count: int | None
+
+    def line(self) -> str:
+        verdict = "PASS" if self.success else "FAIL"
+        counts = ""
+        if self.unexpected_count is not None:
+            counts = f" ({self.unexpected_count:,} of {self.element_count or 0:,} rows unexpected)"
+        return f"{verdict}  {self.rule:<30} {self.expectation_type}[{', '.join(self.columns)}]{counts}"
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """The suite's verdict: overall success plus one outcome per expectation, suite order."""
+
+    suite: str
+    success: bool
+    outcomes: tuple[ExpectationOutcome, ...]
+
+    @property
+    def failed(self) -> tuple[ExpectationOutcome, ...]:
+        return tuple(o for o in self.outcomes if not o.success)
+
+    @property
+    def failed_rules(self) -> tuple[str, ...]:
+        return tuple(o.rule for o in self.failed)
+
+    def lines(self) -> list[str]:
+        head = (f"suite {self.suite}: {'PASSED' if self.success else 'FAILED'} "
+                f"({len(self.outcomes) - len(self.failed)}/{len(self.outcomes)} expectations met)")
+        return [head] + ["  " + o.line() for o in self.outcomes]
+
+
+def build_suite(rules: RuleSet) -> Any:
+    """The rules as a `great_expectations.ExpectationSuite` (each expectation's meta.rule
+    carries the rule name so results map back)."""
+    import great_expectations as gx
+    from great_expectations.expectations.expectation_configuration import (
+        ExpectationConfiguration,
+    )
+
+    expectations = []
+    for rule in rules.rules:
+        config = ExpectationConfiguration(
+            type=rule.expectation_type,
+            kwargs=dict(rule.kwargs),
+            meta={"rule": rule.name},
+            description=rule.description or None,
+        )
+        try:
+            expectations.append(config.to_domain_obj())
+        except Exception as exc:  # GE raises several types for a bad configuration
+            raise DataflowError(
+                f"expectation suite {rules.source}, rule {rule.name!r}: Great Expectations "
+                f"rejects it: {exc}"
+            ) from exc
+    return gx.ExpectationSuite(name=rules.name, expectations=expectations)
+
+
+def validate_dataframe(df: DataFrame, rules: RuleSet | None = None) -> ValidationReport:
+    """Run the suite on `df` through GE's Spark datasource; never raises for failed
+    expectations (the report says which), only for a broken setup."""
+    import great_expectations as gx
+
+    rules = rules or load_rules()
+    missing = sorted({c for rule in rules.rules for c in rule.columns} - set(df.columns))
+    if missing:
+        raise DataflowError(
+            f"suite {rules.name!r} checks column(s) {', '.join(missing)} that the data lacks"
+        )
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    context = gx.get_context(mode="ephemeral")
+    # Our callers print their own progress lines; GE's tqdm bars would garble them.
+    context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    # persist=False: GE must not cache the caller's DataFrame behind its back.
+    source = context.data_sources.add_spark(name="dataflow_spark", persist=False)
+    asset = source.add_dataframe_asset(name=rules.name)
+    batch = asset.add_batch_definition_whole_dataframe("whole_dataframe").get_batch(
+        batch_parameters={"dataframe": df}
+    )
+    result = batch.validate(build_suite(rules), result_format="BASIC")
+    return _report(rules, result)
+
+
+def _report(rules: RuleSet, result: Any) -> ValidationReport:
+    by_rule: dict[str, ExpectationOutcome] = {}
+    for item in result.results:
+        config = item.expectation_config
+        name = (config.meta or {}).get("rule", config.type)
+        if item.exception_info and item.exception_info.get("raised_exception"):
+            raise DataflowError(
+                f"expectation {name!r} could not run: "
+                f"{item.exception_info.get('exception_message')}"
+            )
+        details = item.result or {}
+        rule = rules.rule(name)
+        by_rule[name] = ExpectationOutcome(
+            rule=name,
+            expectation_type=config.type,
+            columns=rule.columns,
+            success=bool(item.success),
+            element_count=details.get("element_count"),
+            unexpected_count=details.get("unexpected_count"),
+        )
+    outcomes = tuple(by_rule[rule.name] for rule in rules.rules if rule.name in by_rule)
+    if len(outcomes) != len(rules.rules):
+        lost = [r.name for r in rules.rules if r.name not in by_rule]
+        raise DataflowError(f"Great Expectations returned no result for rule(s) {', '.join(lost)}")
+    return ValidationReport(suite=rules.name, success=bool(result.success), outcomes=outcomes)
