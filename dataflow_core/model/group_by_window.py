@@ -1,0 +1,296 @@
+"""GroupByKeyAndWindow for one key: assign, merge, accumulate, trigger, emit panes.
+
+This is the whole of the model's processing rules for a key, independent of how input
+arrives. A runner owns one `KeyedWindowSet` per key and tells it, in processing-time
+order, about bundles of elements, processing-time timers that are due and watermark
+moves; every call returns the panes (and retractions) emitted at that moment.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Hashable, Iterable, Sequence
+
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
+from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.model.triggers import (
+    TriggerContext,
+    TriggerState,
+    deliver_event_timers,
+    deliver_processing_timers,
+    next_event_timer,
+    next_processing_timer,
+)
+from dataflow_core.model.windows import AssignContext, Window
+
+
+class OnTime(enum.Enum):
+    """Where a window stands with respect to its on-time pane (rule 8 of FORMAT.md)."""
+
+    BEFORE = "before"  # the watermark has not passed the window's end
+    OWED = "owed"  # it passed, no pane fired then, and data was waiting: next pane is ON_TIME
+    DONE = "done"  # no ON_TIME pane is (any longer) due
+
+
+@dataclass
+class WindowState:
+    window: Window
+    trigger: TriggerState
+    acc: Any
+    on_time: OnTime
+    pending: int = 0  # elements no pane has included yet
+    ts_min: Instant | None = None  # element times of the next pane's content
+    ts_max: Instant | None = None
+    next_index: int = 0
+    next_on_time_index: int = 0
+    standing: Pane | None = None  # last pane, not yet retracted (retracting mode)
+    absorbed: list[Pane] = field(default_factory=list)  # standing panes of merged-away windows
+
+    @property
+    def closed(self) -> bool:
+        return self.trigger.finished
+
+
+@dataclass(frozen=True)
+class Element:
+    value: Any
+    timestamp: Instant
+
+
+class KeyedWindowSet:
+    """All windows of one key under one `WindowingStrategy`."""
+
+    def __init__(self, key: Hashable, strategy: WindowingStrategy):
+        self.key = key
+        self.strategy = strategy
+        self.windows: dict[Window, WindowState] = {}
+        self.dropped = 0  # element-window pairs dropped as late or for a closed window
+
+    # --- input ------------------------------------------------------------------
+
+    def add_bundle(self, elements: Iterable[Element], at: Instant, watermark: Instant) -> list[Pane]:
+        """Elements that arrived together at processing time `at` (rule 3)."""
+        s = self.strategy
+        touched: set[Window] = set()
+        for el in elements:
+            for w in s.window_fn.assign(AssignContext(self.key, el.value, el.timestamp)):
+                if s.is_late(w, watermark):
+                    self.dropped += 1
+                    continue
+                ws = self._place(w, at, watermark, touched)
+                if ws.closed:
+                    self.dropped += 1
+                    continue
+                ws.acc = s.combiner.add_input(ws.acc, el.value)
+                ws.pending += 1
+                ws.ts_min = el.timestamp if ws.ts_min is None else min(ws.ts_min, el.timestamp)
+                ws.ts_max = el.timestamp if ws.ts_max is None else max(ws.ts_max, el.timestamp)
+                s.trigger.on_element(ws.trigger, self._ctx(ws.window, at, watermark), el.value, el.timestamp)
+                touched.add(ws.window)
+        panes: list[Pane] = []
+        for w in self._ordered(touched):
+            ws = self.windows.get(w)
+            if ws is not None and not ws.closed:
+                ctx = self._ctx(w, at, watermark)
+                if s.trigger.should_fire(ws.trigger, ctx):
+                    panes += self._fire(ws, ctx, last=False)
+        return panes
+
+    def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
+        """The state of the window an element assigned to `w` belongs to, after merging."""
+        ws = self.windows.get(w)
+        if ws is None:
+            ws = self.windows[w] = self._new_window(w, watermark)
+        if not self.strategy.window_fn.is_merging:
+            return ws
+        target = w
+        for result, parts in self.strategy.window_fn.merge(list(self.windows)):
+            self._merge(result, parts, at, watermark)
+            if touched.intersection(parts):
+                touched.difference_update(parts)
+                touched.add(result)
+            if w in parts:
+                target = result
+        return self.windows[target]
+
+    def _new_window(self, w: Window, watermark: Instant) -> WindowState:
+        s = self.strategy
+        return WindowState(
+            window=w,
+            trigger=s.trigger.new_state(),
+            acc=s.combiner.create_accumulator(),
+            on_time=OnTime.BEFORE if watermark < w.end else OnTime.DONE,
+        )
+
+    def _merge(self, result: Window, parts: Sequence[Window], at: Instant, watermark: Instant) -> None:
+        s = self.strategy
+        states = [self.windows.pop(p) for p in parts]
+        survivor = next((st for st in states if st.window == result), None)
+        merged = WindowState(
+            window=result,
+            trigger=s.trigger.on_merge([st.trigger for st in states], self._ctx(result, at, watermark)),
+            acc=s.combiner.merge_accumulators([st.acc for st in states]),
+            on_time=(
+                OnTime.OWED
+                if any(st.on_time is OnTime.OWED for st in states)
+                else OnTime.BEFORE
+                if watermark < result.end
+                else OnTime.DONE
+            ),
+            pending=sum(st.pending for st in states),
+            ts_min=_least(st.ts_min for st in states),
+            ts_max=_greatest(st.ts_max for st in states),
+        )
+        for st in states:
+            if st is survivor:  # same bounds: the same window, which keeps counting
+                merged.next_index = st.next_index
+                merged.next_on_time_index = st.next_on_time_index
+                merged.standing = st.standing
+                merged.absorbed += st.absorbed
+            else:
+                merged.absorbed += st.absorbed + ([st.standing] if st.standing else [])
+        self.windows[result] = merged
+
+    # --- time -------------------------------------------------------------------
+
+    def next_processing_timer(self) -> Instant | None:
+        times = [
+            next_processing_timer(self.strategy.trigger, ws.trigger)
+            for ws in self.windows.values()
+            if not ws.closed
+        ]
+        return _least(times)
+
+    def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
+        """Deliver processing-time timers due at or before `now` and fire what is ready."""
+        trig = self.strategy.trigger
+        panes: list[Pane] = []
+        for w in self._ordered(self.windows):
+            ws = self.windows[w]
+            due = next_processing_timer(trig, ws.trigger)
+            if ws.closed or due is None or due > now:
+                continue
+            ctx = self._ctx(w, now, watermark)
+            deliver_processing_timers(trig, ws.trigger, ctx)
+            if trig.should_fire(ws.trigger, ctx):
+                panes += self._fire(ws, ctx, last=False)
+        return panes
+
+    def advance_watermark(self, old: Instant, new: Instant, at: Instant) -> list[Pane]:
+        """Rule 4: windows whose end the watermark passed come due; expired ones are collected."""
+        s = self.strategy
+        panes: list[Pane] = []
+        collected: list[WindowState] = []
+        for w in self._ordered(self.windows):
+            ws = self.windows[w]
+            gc_now = s.gc_time(w) <= new
+            if gc_now:
+                collected.append(ws)
+            if ws.closed:
+                continue
+            ctx = self._ctx(w, at, new)
+            crossing = old < w.end <= new
+            timer = next_event_timer(s.trigger, ws.trigger)
+            if not crossing and (timer is None or timer > new):
+                continue
+            deliver_event_timers(s.trigger, ws.trigger, ctx)
+            if s.trigger.should_fire(ws.trigger, ctx):
+                if crossing:  # fired as the watermark passed the end: the on-time pane
+                    ws.on_time = OnTime.OWED
+                panes += self._fire(ws, ctx, last=gc_now)
+            elif crossing:
+                ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
+        for ws in collected:
+            if ws.pending:  # rule 7: a final pane only for data no pane has included
+                panes += self._emit(ws, self._ctx(ws.window, at, new), last=True)
+            del self.windows[ws.window]
+        return panes
+
+    def output_hold(self, input_watermark: Instant) -> Instant:
+        """The least timestamp a future on-time or early pane of this key may carry, so that
+        a downstream stage's watermark waits for it (end of time when nothing is pending)."""
+        holds = []
+        for ws in self.windows.values():
+            if ws.closed or (ws.on_time is OnTime.DONE and ws.window.end <= input_watermark):
+                continue
+            if self.strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW or ws.ts_min is None:
+                holds.append(ws.window.max_timestamp)
+            else:
+                holds.append(ws.ts_min)
+        return min(holds, default=END_OF_TIME)
+
+    # --- output -----------------------------------------------------------------
+
+    def _fire(self, ws: WindowState, ctx: TriggerContext, last: bool) -> list[Pane]:
+        self.strategy.trigger.on_fire(ws.trigger, ctx)
+        return self._emit(ws, ctx, last=last or ws.closed, fired=True)
+
+    def _emit(self, ws: WindowState, ctx: TriggerContext, last: bool, fired: bool = False) -> list[Pane]:
+        s = self.strategy
+        if ctx.watermark < ws.window.end:
+            timing = PaneTiming.EARLY
+        elif ws.on_time is OnTime.OWED:
+            timing = PaneTiming.ON_TIME
+        else:
+            timing = PaneTiming.LATE
+        if not ws.pending and timing is not PaneTiming.ON_TIME:
+            return []  # rule 6: nothing new, nothing to say
+        pane = Pane(
+            key=self.key,
+            window=ws.window,
+            value=s.combiner.extract_output(ws.acc),
+            timestamp=self._timestamp(ws),
+            timing=timing,
+            index=ws.next_index,
+            on_time_index=None if timing is PaneTiming.EARLY else ws.next_on_time_index,
+            first=ws.next_index == 0,
+            last=last,
+            emitted_at=ctx.processing_time,
+        )
+        out: list[Pane] = []
+        if s.accumulation is AccumulationMode.RETRACTING:
+            out += [p.retracted_at(ctx.processing_time) for p in ws.absorbed]
+            if ws.standing is not None:
+                out.append(ws.standing.retracted_at(ctx.processing_time))
+            ws.absorbed = []
+            ws.standing = pane
+        out.append(pane)
+        ws.next_index += 1
+        if timing is not PaneTiming.EARLY:
+            ws.next_on_time_index += 1
+        if timing is PaneTiming.ON_TIME:
+            ws.on_time = OnTime.DONE
+        ws.pending = 0
+        if not s.accumulation.accumulates:
+            ws.acc = s.combiner.create_accumulator()
+            ws.ts_min = ws.ts_max = None
+        return out
+
+    def _timestamp(self, ws: WindowState) -> Instant:
+        tc = self.strategy.timestamp_combiner
+        if tc is TimestampCombiner.EARLIEST and ws.ts_min is not None:
+            return ws.ts_min
+        if tc is TimestampCombiner.LATEST and ws.ts_max is not None:
+            return ws.ts_max
+        return ws.window.max_timestamp
+
+    @staticmethod
+    def _ctx(w: Window, at: Instant, watermark: Instant) -> TriggerContext:
+        return TriggerContext(window=w, processing_time=at, watermark=watermark)
+
+    @staticmethod
+    def _ordered(windows: Iterable[Window]) -> list[Window]:
+        return sorted(windows, key=lambda w: (w.end, w.start))
+
+
+def _least(values: Iterable[Instant | None]) -> Instant | None:
+    present = [v for v in values if v is not None]
+    return min(present) if present else None
+
+
+def _greatest(values: Iterable[Instant | None]) -> Instant | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None

@@ -1,0 +1,61 @@
+"""One grouping stage's answers to the four questions, validated when it is defined."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.combiners import CombineFn, SumFn
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant
+from dataflow_core.model.triggers import Default, Trigger
+from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
+
+
+class TimestampCombiner(enum.Enum):
+    """Which event time a pane carries downstream."""
+
+    END_OF_WINDOW = "end_of_window"
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+    @classmethod
+    def parse(cls, text: str) -> "TimestampCombiner":
+        try:
+            return cls(str(text).strip().lower())
+        except ValueError:
+            names = ", ".join(m.value for m in cls)
+            raise ValueError(f"unknown timestamp combiner {text!r} (expected one of: {names})") from None
+
+
+class InvalidStrategy(ValueError):
+    """A strategy that cannot run as defined (raised when it is defined, not when it runs)."""
+
+
+@dataclass(frozen=True)
+class WindowingStrategy:
+    window_fn: WindowFn = field(default_factory=GlobalWindows)
+    trigger: Trigger = field(default_factory=Default)
+    accumulation: AccumulationMode = AccumulationMode.DISCARDING
+    allowed_lateness: Duration = 0
+    combiner: CombineFn = field(default_factory=SumFn)
+    timestamp_combiner: TimestampCombiner = TimestampCombiner.END_OF_WINDOW
+
+    def __post_init__(self) -> None:
+        if self.allowed_lateness < 0:
+            raise InvalidStrategy(f"allowed_lateness must not be negative, got {self.allowed_lateness} ms")
+        if self.accumulation is AccumulationMode.RETRACTING and not self.combiner.can_retract:
+            raise InvalidStrategy(
+                f"accumulation 'retracting' needs a combiner that can retract, and "
+                f"{self.combiner.name!r} has no retract_input: its retractions could not be "
+                "applied downstream; implement CombineFn.retract_input or use 'accumulating'"
+            )
+
+    def gc_time(self, window: Window) -> Instant:
+        """When the window's state is dropped: its end plus allowed lateness, capped at the
+        end of time (so the global window is collected when the watermark reaches the end)."""
+        return min(window.end + self.allowed_lateness, END_OF_TIME)
+
+    def is_late(self, window: Window, watermark: Instant) -> bool:
+        """Whether an element assigned to `window` now would be dropped as too late."""
+        return self.gc_time(window) <= watermark

@@ -1,0 +1,83 @@
+"""Event and processing time as integer milliseconds since the Unix epoch.
+
+Integers keep window arithmetic exact; the end of time is a finite sentinel so that the
+watermark can be moved "to the end" and compared like any other instant.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+Instant = int  # milliseconds since 1970-01-01T00:00:00Z
+Duration = int  # milliseconds
+
+END_OF_TIME: Instant = 2**62
+"""The watermark's final value: every window's end is at or before it."""
+
+SCENARIO_EPOCH: Instant = 946_684_800_000
+"""2000-01-01T00:00:00Z: the day short `HH:MM:SS` times and bare numbers refer to."""
+
+_UNITS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_HMS_RE = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?$")
+
+
+def parse_duration(text: str | int) -> Duration:
+    """`500ms`, `30s`, `2m`, `1h`, `1d` -> milliseconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a duration: {text!r}")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError(f"duration must not be negative: {text!r}")
+        return text * 1000
+    match = _DURATION_RE.match(str(text))
+    if not match:
+        raise ValueError(
+            f"not a duration: {text!r} (expected an integer and a unit: 500ms, 30s, 2m, 1h, 1d)"
+        )
+    return int(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_instant(text: str | int | float | dt.datetime) -> Instant:
+    """`HH:MM:SS[.fff]` on 2000-01-01, an ISO-8601 instant, or seconds after 2000-01-01."""
+    if isinstance(text, bool):
+        raise ValueError(f"not a time: {text!r}")
+    if isinstance(text, dt.datetime):
+        return _from_datetime(text)
+    if isinstance(text, (int, float)):
+        return SCENARIO_EPOCH + round(text * 1000)
+    raw = str(text).strip()
+    match = _HMS_RE.match(raw)
+    if match:
+        h, m, s = (int(match.group(i)) for i in (1, 2, 3))
+        if h > 23 or m > 59 or s > 59:
+            raise ValueError(f"not a time of day: {text!r}")
+        frac = int((match.group(4) or "0").ljust(3, "0"))
+        return SCENARIO_EPOCH + ((h * 60 + m) * 60 + s) * 1000 + frac
+    try:
+        return _from_datetime(dt.datetime.fromisoformat(raw.replace("Z", "+00:00")))
+    except ValueError:
+        raise ValueError(
+            f"not a time: {text!r} (expected HH:MM:SS, an ISO-8601 instant or a number of seconds)"
+        ) from None
+
+
+def _from_datetime(value: dt.datetime) -> Instant:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    delta = value - dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+    return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
+
+
+def format_instant(t: Instant) -> str:
+    """ISO-8601 with milliseconds and `Z`, as `dataflow replay` prints times."""
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=t)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t % 1000:03d}Z"
+
+
+def format_duration(d: Duration) -> str:
+    for unit in ("d", "h", "m", "s"):
+        if d and d % _UNITS[unit] == 0:
+            return f"{d // _UNITS[unit]}{unit}"
+    return f"{d}ms"

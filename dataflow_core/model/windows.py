@@ -1,0 +1,169 @@
+"""Where in event time: windows and the functions that assign and merge them.
+
+A `WindowFn` assigns each element to windows; a merging `WindowFn` (such as `Sessions`)
+also says which of a key's windows merge. Users extend `WindowFn` for custom windows.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Hashable, Iterable, Sequence
+
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration
+
+
+class Window(ABC):
+    """A half-open span `[start, end)` of event time."""
+
+    start: Instant
+    end: Instant
+
+    @property
+    def max_timestamp(self) -> Instant:
+        """The last instant inside the window (end minus 1 ms)."""
+        return self.end - 1
+
+
+@dataclass(frozen=True, order=True)
+class IntervalWindow(Window):
+    start: Instant
+    end: Instant
+
+    def __post_init__(self) -> None:
+        if self.end <= self.start:
+            raise ValueError(f"window end {self.end} must be after its start {self.start}")
+
+    def intersects(self, other: "IntervalWindow") -> bool:
+        return self.start < other.end and other.start < self.end
+
+    def span(self, other: "IntervalWindow") -> "IntervalWindow":
+        return IntervalWindow(min(self.start, other.start), max(self.end, other.end))
+
+
+@dataclass(frozen=True, order=True)
+class GlobalWindow(Window):
+    """The single window covering all of event time; it ends at the end of time."""
+
+    start: Instant = -END_OF_TIME
+    end: Instant = END_OF_TIME
+
+
+GLOBAL_WINDOW = GlobalWindow()
+
+
+@dataclass(frozen=True)
+class AssignContext:
+    """What a `WindowFn` may look at to place an element."""
+
+    key: Hashable
+    value: Any
+    timestamp: Instant
+
+
+class WindowFn(ABC):
+    """Assigns elements to windows; override `merge` for merging windows."""
+
+    @abstractmethod
+    def assign(self, ctx: AssignContext) -> Sequence[Window]:
+        """The windows the element belongs to (before any merging)."""
+
+    @property
+    def is_merging(self) -> bool:
+        return False
+
+    def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:
+        """Groups of a key's windows to merge, each as (result, parts). Default: none."""
+        return []
+
+    def describe(self) -> str:
+        return type(self).__name__ + "()"
+
+
+class GlobalWindows(WindowFn):
+    def assign(self, ctx: AssignContext) -> Sequence[Window]:
+        return (GLOBAL_WINDOW,)
+
+    def describe(self) -> str:
+        return "GlobalWindows()"
+
+
+def _positive(name: str, value: Duration) -> Duration:
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, got {value} ms")
+    return value
+
+
+class FixedWindows(WindowFn):
+    """Tumbling windows `[k*size + offset, (k+1)*size + offset)`."""
+
+    def __init__(self, size: Duration, offset: Duration = 0):
+        self.size = _positive("FixedWindows size", size)
+        self.offset = offset % size
+
+    def window_for(self, t: Instant, offset: Duration | None = None) -> IntervalWindow:
+        off = self.offset if offset is None else offset
+        start = (t - off) // self.size * self.size + off
+        return IntervalWindow(start, start + self.size)
+
+    def assign(self, ctx: AssignContext) -> Sequence[Window]:
+        return (self.window_for(ctx.timestamp),)
+
+    def describe(self) -> str:
+        extra = f", offset={format_duration(self.offset)}" if self.offset else ""
+        return f"FixedWindows({format_duration(self.size)}{extra})"
+
+
+class SlidingWindows(WindowFn):
+    """Windows of `size` starting every `period`; an element lands in size/period of them."""
+
+    def __init__(self, size: Duration, period: Duration, offset: Duration = 0):
+        self.size = _positive("SlidingWindows size", size)
+        self.period = _positive("SlidingWindows period", period)
+        self.offset = offset % period
+
+    def assign(self, ctx: AssignContext) -> Sequence[Window]:
+        t = ctx.timestamp
+        last_start = (t - self.offset) // self.period * self.period + self.offset
+        windows = []
+        start = last_start
+        while start > t - self.size:
+            windows.append(IntervalWindow(start, start + self.size))
+            start -= self.period
+        return tuple(reversed(windows))
+
+    def describe(self) -> str:
+        extra = f", offset={format_duration(self.offset)}" if self.offset else ""
+        return f"SlidingWindows({format_duration(self.size)}, {format_duration(self.period)}{extra})"
+
+
+class Sessions(WindowFn):
+    """Each element opens `[t, t + gap)`; a key's overlapping windows merge."""
+
+    def __init__(self, gap: Duration):
+        self.gap = _positive("Sessions gap", gap)
+
+    @property
+    def is_merging(self) -> bool:
+        return True
+
+    def assign(self, ctx: AssignContext) -> Sequence[Window]:
+        return (IntervalWindow(ctx.timestamp, ctx.timestamp + self.gap),)
+
+    def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:
+        return merge_overlapping(windows)
+
+    def describe(self) -> str:
+        return f"Sessions({format_duration(self.gap)})"
+
+
+def merge_overlapping(windows: Iterable[Window]) -> list[tuple[Window, list[Window]]]:
+    """Groups of overlapping interval windows (transitively), for merging WindowFns."""
+    groups: list[tuple[IntervalWindow, list[Window]]] = []
+    for w in sorted(windows, key=lambda w: (w.start, w.end)):
+        if groups and w.start < groups[-1][0].end:
+            span, parts = groups[-1]
+            groups[-1] = (span.span(w), parts + [w])
+        else:
+            groups.append((IntervalWindow(w.start, w.end), [w]))
+    return [(span, parts) for span, parts in groups if len(parts) > 1]
