@@ -36,9 +36,20 @@ def build_parser() -> argparse.ArgumentParser:
         except ModuleNotFoundError as exc:
             if exc.name == f"dataflow_core.cli.{name}":
                 continue  # subcommand not built yet
-            raise
+            _register_unavailable(sub, name, exc.name or "a dependency")
+            continue
         module.register(sub)
     return parser
+
+
+def _register_unavailable(sub: argparse._SubParsersAction, name: str, missing: str) -> None:
+    """Keeps the other commands usable when one command's dependency is not installed."""
+
+    def fail(args: argparse.Namespace) -> int:
+        raise DataflowError(f"this command needs the Python package {missing!r}; run `make setup`")
+
+    p = sub.add_parser(name, help=f"(unavailable: {missing} is not installed)")
+    p.set_defaults(func=fail)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
