@@ -1,0 +1,70 @@
+# One entry point for a fresh clone:
+#   make setup  - .venv from requirements.lock, project installed editable, Java check,
+#                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
+#   make test   - setup, then the whole pytest suite (tests/)
+#   make demo   - setup, then the demo job (python -m jobs.demo_job)
+#   make bench  - setup, then every benchmarks/bench_*.py
+#   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
+#   make clean  - generated data and caches of tests; `make distclean` also .venv and .cache
+
+SHELL := /bin/bash
+PYTHON ?= python3
+PYTHON_VERSION := 3.11
+UV_VERSION := 0.13.9
+VENV := .venv
+PY := $(VENV)/bin/python
+UV := $(VENV)/bin/uv
+LOCK := requirements.lock
+# The install stamp is named after the lock's content, so any change re-installs.
+LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
+DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
+PYTEST_ARGS ?=
+
+.PHONY: setup test demo bench lock clean distclean
+
+setup: $(VENV)/.ready
+	@$(PY) -m dataflow_core.spark.jars
+
+$(PY):
+	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'
+	$(PYTHON) -m venv $(VENV)
+
+$(DEPS_STAMP): $(PY) $(LOCK) pyproject.toml
+	@echo "make setup: installing $(LOCK) into $(VENV) ..."
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip install --quiet --python $(PY) -r $(LOCK)
+	$(UV) pip install --quiet --python $(PY) --no-deps -e .
+	@rm -f $(VENV)/.deps-*
+	@touch $@
+
+# Other tools wait for this file: the venv is complete and usable.
+$(VENV)/.ready: $(DEPS_STAMP)
+	@$(PY) -c 'import pyspark, delta, airflow, great_expectations, pytest, dataflow_core' >/dev/null 2>&1 \
+		|| { echo "make setup: $(VENV) is incomplete (an import failed); run make distclean setup" >&2; exit 1; }
+	@touch $@
+
+test: setup
+	@$(PY) -m pytest $(PYTEST_ARGS) tests/; rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
+	exit $$rc
+
+demo: setup
+	@test -f jobs/demo_job.py || { echo "make demo: jobs/demo_job.py does not exist yet, so there is no demo to run" >&2; exit 1; }
+	$(PY) -m jobs.demo_job
+
+bench: setup
+	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \
+	if [ $${#scripts[@]} -eq 0 ]; then echo "make bench: no benchmarks/bench_*.py found" >&2; exit 1; fi; \
+	for script in "$${scripts[@]}"; do echo "== $$script"; $(PY) "$$script" || exit $$?; done
+
+lock: $(PY)
+	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(UV) pip compile pyproject.toml --all-extras --python-version $(PYTHON_VERSION) \
+		--python-platform x86_64-unknown-linux-gnu -o $(LOCK)
+
+clean:
+	rm -rf warehouse spark-warehouse metastore_db derby.log .pytest_cache .hypothesis build dist
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) .cache *.egg-info

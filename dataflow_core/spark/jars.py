@@ -1,0 +1,278 @@
+"""Delta Lake's jars, resolved from Maven once and then reused from a local cache.
+
+`delta-spark` on PyPI holds only the Python API; the engine is a set of JVM jars.
+Resolving them through `spark.jars.packages` on every Spark start costs tens of
+seconds and needs the network, so `make setup` (`python -m dataflow_core.spark.jars`)
+resolves them once with Spark's own Ivy into `.cache/` and writes a manifest of the
+jar files; `get_spark` then passes those files as `spark.jars`.
+
+The Maven artifact follows the installed pyspark: delta-spark 4.x publishes one
+artifact per Spark minor version, `io.delta:delta-spark_<spark major.minor>_2.13`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from importlib.metadata import version as installed_version
+from pathlib import Path
+from typing import Iterator
+from xml.sax.saxutils import quoteattr
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.spark.java import check_java
+
+SCALA_VERSION = "2.13"
+DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2/"
+DEFAULT_TIMEOUT_S = 600.0
+MANIFEST_NAME = "delta-jars.json"
+_SETUP_HINT = "run `make setup` on a machine that reaches Maven Central"
+
+
+@dataclass(frozen=True)
+class JarManifest:
+    """What `make setup` resolved: the coordinate, where from, and the jar files to load."""
+
+    coordinate: str
+    repository: str
+    jars: list[str]  # absolute paths passed to spark.jars
+    provided_by_spark: list[str]  # resolved but left out: pyspark already ships that artifact
+
+
+def project_root() -> Path:
+    """The checkout this package runs from (the package is installed editable)."""
+    return Path(__file__).resolve().parents[2]
+
+
+def cache_dir() -> Path:
+    """`$DATAFLOW_CACHE_DIR`, else `<project>/.cache`."""
+    configured = os.environ.get("DATAFLOW_CACHE_DIR")
+    return Path(configured).resolve() if configured else project_root() / ".cache"
+
+
+def repository_url() -> str:
+    """`$DATAFLOW_MAVEN_REPO` (a Maven mirror), else Maven Central."""
+    return os.environ.get("DATAFLOW_MAVEN_REPO") or DEFAULT_REPOSITORY
+
+
+def spark_home() -> Path:
+    """The Spark distribution inside the installed pyspark package."""
+    import pyspark  # local import: keeps `dataflow --help` fast
+
+    return Path(pyspark.__file__).resolve().parent
+
+
+def delta_coordinate() -> str:
+    """Maven coordinate of the Delta jar matching the installed pyspark and delta-spark."""
+    import pyspark
+
+    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{installed_version('delta-spark')}"
+
+
+def read_manifest(cache: Path | None = None) -> JarManifest | None:
+    """The cached manifest if it matches the installed versions and its jars exist."""
+    path = (cache or cache_dir()) / MANIFEST_NAME
+    try:
+        manifest = JarManifest(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+    if manifest.coordinate != delta_coordinate():
+        return None
+    if not manifest.jars or not all(Path(jar).is_file() for jar in manifest.jars):
+        return None
+    return manifest
+
+
+def delta_jars(
+    cache: Path | None = None, repository: str | None = None, timeout: float | None = None
+) -> list[str]:
+    """Jar files for `spark.jars`: from the cache, resolving them first if it is missing."""
+    cache = cache or cache_dir()
+    manifest = read_manifest(cache)
+    if manifest is None:
+        if timeout is None:
+            timeout = float(os.environ.get("DATAFLOW_JAR_RESOLVE_TIMEOUT", "300"))
+        manifest = resolve_jars(cache, repository, timeout)
+    return manifest.jars
+
+
+def resolve_jars(
+    cache: Path | None = None,
+    repository: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    force: bool = False,
+) -> JarManifest:
+    """Resolve the Delta jars with Spark's Ivy into `cache` and write the manifest.
+
+    Raises DataflowError (one line, says to run `make setup`) when the repository is
+    unreachable, the artifact is unknown or `timeout` seconds pass.
+    """
+    cache = (cache or cache_dir()).resolve()
+    repository = repository or repository_url()
+    coordinate = delta_coordinate()
+    cache.mkdir(parents=True, exist_ok=True)
+    with _exclusive(cache / "delta-jars.lock"):
+        manifest = None if force else read_manifest(cache)
+        if manifest is not None:
+            return manifest  # another process resolved them while we waited
+        output = _run_ivy(cache, repository, coordinate, timeout)
+        manifest = _manifest_from_ivy(cache / "ivy", coordinate, repository, output)
+        (cache / MANIFEST_NAME).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+    return manifest
+
+
+def _failure(coordinate: str, cache: Path, repository: str, reason: str) -> DataflowError:
+    return DataflowError(
+        f"Delta jars {coordinate} are not cached in {cache} and could not be resolved "
+        f"from {repository} ({reason}): {_SETUP_HINT} (or set DATAFLOW_MAVEN_REPO to a "
+        "reachable Maven mirror)"
+    )
+
+
+def _run_ivy(cache: Path, repository: str, coordinate: str, timeout: float) -> str:
+    """Run `spark-submit --packages` on an empty script: Spark's Ivy resolves and copies jars."""
+    ivy_dir = cache / "ivy"
+    shutil.rmtree(ivy_dir / "jars", ignore_errors=True)  # only this resolution's jars stay
+    settings = cache / "ivysettings.xml"
+    settings.write_text(_ivy_settings(ivy_dir / "cache", repository))
+    noop = cache / "resolve_noop.py"
+    noop.write_text("# Spark resolves --packages before running this empty script.\n")
+    home = spark_home()
+    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
+    env.pop("PYSPARK_SUBMIT_ARGS", None)
+    command = [
+        str(home / "bin" / "spark-submit"),
+        "--conf", f"spark.jars.ivySettings={settings}",
+        "--conf", f"spark.jars.ivy={ivy_dir}",
+        "--packages", coordinate,
+        str(noop),
+    ]  # fmt: skip
+    started = time.monotonic()
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # so a timeout can stop the JVM and its children together
+    )
+    try:
+        output, _ = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise _failure(coordinate, cache, repository, f"no answer within {timeout:.0f}s") from None
+    if process.returncode != 0:
+        raise _failure(coordinate, cache, repository, _ivy_reason(output, process.returncode))
+    print(
+        f"resolved {coordinate} from {repository} in {time.monotonic() - started:.0f}s",
+        file=sys.stderr,
+    )
+    return output
+
+
+def _ivy_settings(ivy_cache: Path, repository: str) -> str:
+    """Ivy settings with exactly one Maven repository, so nothing else is consulted."""
+    return (
+        "<ivysettings>\n"
+        '  <settings defaultResolver="main"/>\n'
+        f"  <caches defaultCacheDir={quoteattr(str(ivy_cache))}/>\n"
+        "  <resolvers>\n"
+        '    <chain name="main">\n'
+        f'      <ibiblio name="maven" m2compatible="true" root={quoteattr(repository)}/>\n'
+        "    </chain>\n"
+        "  </resolvers>\n"
+        "</ivysettings>\n"
+    )
+
+
+def _ivy_reason(output: str, returncode: int) -> str:
+    """The most telling line of a failed Ivy run."""
+    lines = [line.strip(" :\t") for line in output.splitlines() if line.strip(" :\t")]
+    for marker in ("not found", "UNRESOLVED", "Connection refused", "UnknownHost", "timed out"):
+        for line in lines:
+            if marker.lower() in line.lower() and "::::" not in line:
+                return line[:200]
+    return lines[-1][:200] if lines else f"spark-submit exited with code {returncode}"
+
+
+def _manifest_from_ivy(
+    ivy_dir: Path, coordinate: str, repository: str, output: str
+) -> JarManifest:
+    """List the retrieved jars, leaving out artifacts pyspark already ships.
+
+    Spark's own jars come first on the driver classpath anyway, so a second, older
+    copy (jackson, hadoop, parquet, log4j...) would only be dead weight and a source
+    of confusion.
+    """
+    retrieved = sorted((ivy_dir / "jars").glob("*.jar"))
+    if not retrieved:
+        raise _failure(coordinate, ivy_dir.parent, repository, "Ivy retrieved no jar files")
+    artifact_of = {
+        f"{org}_{artifact}-{rev}": artifact
+        for org, artifact, rev in re.findall(r"found (\S+)#(\S+);(\S+) in", output)
+    }
+    shipped = {jar.name for jar in (spark_home() / "jars").glob("*.jar")}
+    jars: list[str] = []
+    provided: list[str] = []
+    for jar in retrieved:
+        artifact = next(
+            (art for stem, art in artifact_of.items() if jar.name.startswith(stem)), None
+        )
+        in_spark = artifact is not None and any(
+            re.match(rf"{re.escape(artifact)}-\d", name) for name in shipped
+        )
+        (provided if in_spark else jars).append(str(jar))
+    return JarManifest(coordinate, repository, jars, provided)
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """Serialise resolutions (two test runs starting at once share one Ivy cache)."""
+    with open(lock_path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`make setup` step: check Java, then resolve and cache the Delta jars once."""
+    parser = argparse.ArgumentParser(
+        prog="python -m dataflow_core.spark.jars",
+        description="Check Java and cache Delta Lake's jars for the installed pyspark.",
+    )
+    parser.add_argument("--force", action="store_true", help="resolve again even if cached")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
+    args = parser.parse_args(argv)
+    try:
+        java = check_java()
+        cache = cache_dir()
+        manifest = None if args.force else read_manifest(cache)
+        if manifest is None:
+            print(f"resolving {delta_coordinate()} into {cache} ...", file=sys.stderr)
+            manifest = resolve_jars(cache, timeout=args.timeout, force=args.force)
+    except DataflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(
+        f"Java {java} OK; {manifest.coordinate}: {len(manifest.jars)} jars cached in "
+        f"{cache} ({len(manifest.provided_by_spark)} more already ship with pyspark)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

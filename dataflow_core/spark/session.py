@@ -1,0 +1,101 @@
+"""The one way to get a SparkSession: Delta configured, cached jars, quiet local defaults.
+
+`get_spark()` works unchanged against a cluster (`master="spark://host:7077"` or
+`DATAFLOW_SPARK_MASTER`) and object storage (`DATAFLOW_WAREHOUSE=s3a://bucket/path`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from dataflow_core.spark.jars import delta_jars
+from dataflow_core.spark.java import check_java
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DEFAULT_MASTER = "local[*]"
+DEFAULT_WAREHOUSE = "./warehouse"
+WAREHOUSE_CONF = "spark.dataflow.warehouse"  # where tables.py finds the warehouse root
+LOCAL_SHUFFLE_PARTITIONS = "4"  # Spark's 200 default makes small local jobs crawl
+_LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+
+
+def resolve_master(master: str | None = None) -> str:
+    """The argument, else `$DATAFLOW_SPARK_MASTER`, else `local[*]`."""
+    return master or os.environ.get("DATAFLOW_SPARK_MASTER") or DEFAULT_MASTER
+
+
+def resolve_warehouse(warehouse: str | os.PathLike[str] | None = None) -> str:
+    """The argument, else `$DATAFLOW_WAREHOUSE`, else `./warehouse`.
+
+    Local paths become absolute (Spark resolves relative ones against odd places);
+    URIs such as `s3a://bucket/lake` are kept as they are.
+    """
+    root = str(warehouse or os.environ.get("DATAFLOW_WAREHOUSE") or DEFAULT_WAREHOUSE)
+    if "://" in root:
+        return root.rstrip("/")
+    if root.startswith("file:"):
+        root = root[len("file:") :]
+    return str(Path(root).expanduser().resolve())
+
+
+def get_spark(
+    app_name: str = "dataflow",
+    master: str | None = None,
+    warehouse: str | os.PathLike[str] | None = None,
+) -> "SparkSession":
+    """A SparkSession with Delta Lake's SQL extension and catalog, ready for tables by name.
+
+    If a session is already running in this process it is reused (a JVM holds one);
+    its warehouse root is switched only when `warehouse` or `$DATAFLOW_WAREHOUSE` is
+    given, so a job called from a test keeps the test's warehouse.
+    """
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is None and SparkContext._active_spark_context is not None:
+        active = SparkSession.builder.getOrCreate()  # running, but created in another thread
+    if active is not None:
+        if warehouse is not None or os.environ.get("DATAFLOW_WAREHOUSE"):
+            active.conf.set(WAREHOUSE_CONF, resolve_warehouse(warehouse))
+        return active
+
+    check_java()
+    master = resolve_master(master)
+    root = resolve_warehouse(warehouse)
+    local = master.startswith("local")
+    if local:  # the driver talks only to itself; skips the "hostname resolves to loopback" warning
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.jars", ",".join(delta_jars()))
+        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.catalogImplementation", "in-memory")  # no Derby metastore_db
+        .config("spark.sql.warehouse.dir", root)
+        .config(WAREHOUSE_CONF, root)
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}")
+    )
+    if local:
+        builder = (
+            builder.config("spark.sql.shuffle.partitions", LOCAL_SHUFFLE_PARTITIONS)
+            .config("spark.default.parallelism", LOCAL_SHUFFLE_PARTITIONS)
+            .config("spark.databricks.delta.snapshotPartitions", "2")
+            .config("spark.ui.enabled", os.environ.get("DATAFLOW_SPARK_UI", "false"))
+            .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
+        )
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
+    return spark
+
+
+def warehouse_root(spark: "SparkSession") -> str:
+    """The warehouse root the session was created (or last switched) with."""
+    return spark.conf.get(WAREHOUSE_CONF, None) or resolve_warehouse(None)

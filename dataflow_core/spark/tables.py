@@ -1,0 +1,208 @@
+"""Delta tables by name: table `x` is the plain Delta table at `<warehouse>/x`.
+
+Any Delta reader can open the folder directly; inside Spark the name is registered in
+the session catalog so `spark.sql("SELECT * FROM x")` works.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.spark.session import warehouse_root
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+_TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_WRITE_MODES = ("overwrite", "append", "error", "errorifexists", "ignore")
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What one write did, from the Delta commit's own metrics (no extra count job)."""
+
+    table: str
+    path: str
+    version: int
+    rows_inserted: int
+    rows_updated: int
+
+
+def check_table_name(name: str) -> str:
+    """Table names are folder names and SQL identifiers: letters, digits, underscores."""
+    if not isinstance(name, str) or not _TABLE_NAME.fullmatch(name):
+        raise DataflowError(
+            f"bad table name {name!r}: use letters, digits and underscores, not starting with a digit"
+        )
+    return name
+
+
+def table_path(spark: "SparkSession", name: str) -> str:
+    """Where table `name` lives: `<warehouse root>/<name>`."""
+    return f"{warehouse_root(spark).rstrip('/')}/{check_table_name(name)}"
+
+
+def table_exists(spark: "SparkSession", name: str) -> bool:
+    """True if `<warehouse>/<name>` holds a Delta table."""
+    from delta.tables import DeltaTable
+
+    return bool(DeltaTable.isDeltaTable(spark, table_path(spark, name)))
+
+
+def list_tables(spark: "SparkSession") -> list[str]:
+    """Names of the Delta tables (folders with a `_delta_log`) under the warehouse root.
+
+    Uses Hadoop's FileSystem, so it works the same for local paths and `s3a://`.
+    """
+    jvm = spark.sparkContext._jvm
+    root = jvm.org.apache.hadoop.fs.Path(warehouse_root(spark))
+    fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    if not fs.exists(root):
+        return []
+    names = []
+    for status in fs.listStatus(root):
+        folder = status.getPath()
+        if status.isDirectory() and fs.exists(jvm.org.apache.hadoop.fs.Path(folder, "_delta_log")):
+            if _TABLE_NAME.fullmatch(folder.getName()):
+                names.append(folder.getName())
+    return sorted(names)
+
+
+def _missing_table(spark: "SparkSession", name: str) -> DataflowError:
+    known = list_tables(spark)
+    where = f"warehouse {warehouse_root(spark)}"
+    have = f"it has: {', '.join(known)}" if known else "it has no tables yet"
+    return DataflowError(
+        f"table '{name}' not found: no Delta table at {table_path(spark, name)} ({where}; {have})"
+    )
+
+
+def register_table(spark: "SparkSession", name: str) -> None:
+    """Make `name` usable in SQL, pointing at `<warehouse>/<name>` (re-pointed if it moved)."""
+    path = table_path(spark, name)
+    if not table_exists(spark, name):
+        raise _missing_table(spark, name)
+    registered_key = f"spark.dataflow.table.{name}"
+    if spark.catalog.tableExists(name):
+        if spark.catalog.getTable(name).tableType != "EXTERNAL":
+            return  # a managed table someone created; dropping it would delete its data
+        if spark.conf.get(registered_key, None) == path:
+            return
+        spark.sql(f"DROP TABLE `{name}`")  # external: only the catalog entry goes
+    spark.catalog.createTable(name, path=path, source="delta")
+    spark.conf.set(registered_key, path)
+
+
+def register_tables(spark: "SparkSession") -> list[str]:
+    """Register every Delta table under the warehouse root by its folder name."""
+    names = list_tables(spark)
+    for name in names:
+        register_table(spark, name)
+    return names
+
+
+def read_table(spark: "SparkSession", name: str) -> "DataFrame":
+    """The current version of table `name`; a clear error naming it if it does not exist."""
+    if not table_exists(spark, name):
+        raise _missing_table(spark, name)
+    return spark.read.format("delta").load(table_path(spark, name))
+
+
+def write_table(
+    spark: "SparkSession",
+    df: "DataFrame",
+    name: str,
+    mode: str = "overwrite",
+    partition_by: Sequence[str] | None = None,
+) -> WriteResult:
+    """Write `df` as table `name` (`mode`: overwrite, append, error, ignore) and register it."""
+    if mode not in _WRITE_MODES:
+        raise DataflowError(f"bad write mode {mode!r} for table '{name}': use one of {_WRITE_MODES}")
+    _check_columns(df, name, "partition_by", partition_by or ())
+    writer = df.write.format("delta").mode(mode)
+    if mode == "overwrite":
+        writer = writer.option("overwriteSchema", "true")
+    if partition_by:
+        writer = writer.partitionBy(*partition_by)
+    writer.save(table_path(spark, name))
+    register_table(spark, name)
+    return _last_commit(spark, name)
+
+
+def merge_upsert(
+    spark: "SparkSession",
+    df: "DataFrame",
+    name: str,
+    keys: Sequence[str],
+    partition_by: Sequence[str] | None = None,
+) -> WriteResult:
+    """Upsert `df` into table `name` on `keys`: update matched rows, insert new ones.
+
+    Creates the table (partitioned by `partition_by`) if it does not exist, so re-running
+    the same input leaves the table unchanged instead of duplicating rows. Keys compare
+    null-safely; each key must occur at most once in `df`.
+    """
+    from delta.tables import DeltaTable
+    from pyspark.errors import PySparkException
+
+    if isinstance(keys, str) or not keys:
+        raise DataflowError(f"merge into '{name}': keys must be a non-empty list of column names")
+    _check_columns(df, name, "keys", keys)
+    if not table_exists(spark, name):
+        _check_unique_keys(df, name, keys)
+        return write_table(spark, df, name, mode="overwrite", partition_by=partition_by)
+    condition = " AND ".join(f"t.`{key}` <=> s.`{key}`" for key in keys)
+    target = DeltaTable.forPath(spark, table_path(spark, name))
+    try:
+        (
+            target.alias("t")
+            .merge(df.alias("s"), condition)
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+    except PySparkException as exc:
+        if "MULTIPLE_SOURCE_ROW_MATCHING_TARGET_ROW" in str(exc):
+            raise DataflowError(
+                f"merge into '{name}': several input rows have the same key {list(keys)}; "
+                "deduplicate them before the upsert"
+            ) from exc
+        raise
+    register_table(spark, name)
+    return _last_commit(spark, name)
+
+
+def _check_columns(df: "DataFrame", name: str, parameter: str, columns: Sequence[str]) -> None:
+    missing = [column for column in columns if column not in df.columns]
+    if missing:
+        raise DataflowError(
+            f"table '{name}': {parameter} {missing} not among the data's columns {df.columns}"
+        )
+
+
+def _check_unique_keys(df: "DataFrame", name: str, keys: Sequence[str]) -> None:
+    """On first write Delta cannot catch duplicate keys; later merges would then fail."""
+    duplicate = df.groupBy(*keys).count().where("count > 1").limit(1).collect()
+    if duplicate:
+        values = {key: duplicate[0][key] for key in keys}
+        raise DataflowError(
+            f"merge into '{name}': key {values} occurs {duplicate[0]['count']} times in the "
+            "input; each key must be unique"
+        )
+
+
+def _last_commit(spark: "SparkSession", name: str) -> WriteResult:
+    from delta.tables import DeltaTable
+
+    path = table_path(spark, name)
+    row = DeltaTable.forPath(spark, path).history(1).collect()[0]
+    metrics = row["operationMetrics"] or {}
+    if row["operation"] == "MERGE":
+        inserted = int(metrics.get("numTargetRowsInserted", 0))
+        updated = int(metrics.get("numTargetRowsUpdated", 0))
+    else:
+        inserted, updated = int(metrics.get("numOutputRows", 0)), 0
+    return WriteResult(name, path, int(row["version"]), inserted, updated)
