@@ -56,8 +56,12 @@ class WindowState:
 
 @dataclass(frozen=True)
 class Element:
+    """One input: a value at an event time, or (from an upstream retracting stage) the
+    retraction of a value added earlier."""
+
     value: Any
     timestamp: Instant
+    retraction: bool = False
 
 
 class KeyedWindowSet:
@@ -84,7 +88,10 @@ class KeyedWindowSet:
                 if ws.closed:
                     self.dropped += 1
                     continue
-                ws.acc = s.combiner.add_input(ws.acc, el.value)
+                if el.retraction:
+                    ws.acc = s.combiner.retract_input(ws.acc, el.value)
+                else:
+                    ws.acc = s.combiner.add_input(ws.acc, el.value)
                 ws.pending += 1
                 ws.ts_min = el.timestamp if ws.ts_min is None else min(ws.ts_min, el.timestamp)
                 ws.ts_max = el.timestamp if ws.ts_max is None else max(ws.ts_max, el.timestamp)

@@ -10,6 +10,7 @@ from typing import Any, Hashable, Iterable
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.panes import Pane
+from dataflow_core.model.pipeline import Pipeline
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 
@@ -34,27 +35,38 @@ class ReferenceRunner:
             ks = self.keys[key] = KeyedWindowSet(key, self.strategy)
         return ks
 
+    def next_timer(self) -> Instant | None:
+        """The earliest pending processing-time timer of any key."""
+        times = [t for ks in self.keys.values() if (t := ks.next_processing_timer()) is not None]
+        return min(times, default=None)
+
+    def fire_timers_at(self, t: Instant) -> list[Pane]:
+        """Move the clock to `t` and fire the timers due then (none may be due earlier)."""
+        self._check_clock(t)
+        self.processing_time = t
+        panes: list[Pane] = []
+        for ks in self.keys.values():
+            panes += ks.fire_processing_timers(t, self.watermark)
+        return panes
+
     def advance_processing_time(self, to: Instant) -> list[Pane]:
         """Rule 2: fire every timer due strictly before `to`, in time order, then set the clock."""
-        if to < self.processing_time:
-            raise ValueError(f"processing time cannot move back from {self.processing_time} to {to}")
+        self._check_clock(to)
         panes: list[Pane] = []
-        while True:
-            due = [(t, i, ks) for i, ks in enumerate(self.keys.values()) if (t := ks.next_processing_timer()) is not None]
-            due = [d for d in due if d[0] < to]
-            if not due:
-                break
-            t = min(d[0] for d in due)
-            for _, _, ks in sorted((d for d in due if d[0] == t), key=lambda d: d[1]):
-                panes += ks.fire_processing_timers(t, self.watermark)
+        while (t := self.next_timer()) is not None and t < to:
+            panes += self.fire_timers_at(t)
         self.processing_time = to
         return panes
 
-    def add(self, elements: Iterable[tuple[Hashable, Any, Instant]]) -> list[Pane]:
-        """One bundle arriving now: (key, value, event time) triples."""
+    def _check_clock(self, to: Instant) -> None:
+        if to < self.processing_time:
+            raise ValueError(f"processing time cannot move back from {self.processing_time} to {to}")
+
+    def add(self, elements: Iterable[tuple]) -> list[Pane]:
+        """One bundle arriving now: (key, value, event time[, retraction]) tuples."""
         by_key: dict[Hashable, list[Element]] = {}
-        for key, value, ts in elements:
-            by_key.setdefault(key, []).append(Element(value, ts))
+        for key, value, ts, *rest in elements:
+            by_key.setdefault(key, []).append(Element(value, ts, bool(rest and rest[0])))
             self.elements_in += 1
         panes: list[Pane] = []
         for key, els in by_key.items():
@@ -74,3 +86,50 @@ class ReferenceRunner:
     def output_watermark(self) -> Instant:
         """This stage's output watermark: its input watermark held back by pending panes."""
         return min([self.watermark] + [ks.output_hold(self.watermark) for ks in self.keys.values()])
+
+
+class ReferencePipelineRunner:
+    """Runs a multi-stage pipeline in memory. A stage's watermark is the least of its input's
+    watermark and its upstream's oldest pending work (`ReferenceRunner.output_watermark`)."""
+
+    def __init__(self, pipeline: Pipeline, start: Instant):
+        self.pipeline = pipeline
+        self.stages = [ReferenceRunner(stage.strategy, start) for stage in pipeline.stages]
+        self.outputs: list[list[Pane]] = [[] for _ in self.stages]
+
+    @property
+    def dropped(self) -> list[int]:
+        return [r.dropped for r in self.stages]
+
+    def advance_processing_time(self, to: Instant) -> None:
+        while True:
+            due = [(t, i) for i, r in enumerate(self.stages) if (t := r.next_timer()) is not None and t < to]
+            if not due:
+                break
+            t, i = min(due)
+            for j, r in enumerate(self.stages[: i + 1]):
+                if r.processing_time < t:
+                    self._emit(j, r.advance_processing_time(t))
+            self._emit(i, self.stages[i].fire_timers_at(t))
+        for i, r in enumerate(self.stages):
+            self._emit(i, r.advance_processing_time(to))
+
+    def add(self, elements: Iterable[tuple]) -> None:
+        self._emit(0, self.stages[0].add(elements))
+
+    def advance_watermark(self, to: Instant) -> None:
+        self._emit(0, self.stages[0].advance_watermark(to))
+
+    def _emit(self, i: int, panes: list[Pane]) -> None:
+        """Record stage i's panes and pass them, and its new output watermark, downstream."""
+        self.outputs[i] += panes
+        if i + 1 == len(self.stages):
+            return
+        down, mapper = self.stages[i + 1], self.pipeline.stages[i + 1].from_upstream
+        up = self.stages[i]
+        if down.processing_time < up.processing_time:
+            self._emit(i + 1, down.advance_processing_time(up.processing_time))
+        elements = [(k, v, p.timestamp, p.retraction) for p in panes for k, v in mapper(p)]
+        if elements:
+            self._emit(i + 1, down.add(elements))
+        self._emit(i + 1, down.advance_watermark(up.output_watermark()))
