@@ -1,0 +1,185 @@
+"""The DAGs in dags/ under the real Airflow: parsed by its DagBag, run by `airflow dags test`.
+
+Every Airflow command runs in a subprocess with its own AIRFLOW_HOME (a tmp dir holding
+a SQLite DB made by `airflow db migrate`), so nothing leaks into the pytest process or
+into the developer's ~/airflow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+DAGS_FOLDER = ROOT / "dags"
+AIRFLOW = Path(sys.executable).with_name("airflow")
+EXPECTED_DAG_IDS = {"dataflow_demo"}
+DEMO_PARAMS = {"rows", "seed", "window", "master", "warehouse"}
+
+MIGRATE_TIMEOUT_S = 300
+DAG_TEST_TIMEOUT_S = 900
+OUTPUT_TAIL_LINES = 80
+
+
+def _airflow_env(home: Path, **extra: str) -> dict[str, str]:
+    """The caller's environment minus any Airflow settings, plus a throwaway Airflow home."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("AIRFLOW")}
+    env.update(
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(DAGS_FOLDER),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"sqlite:///{home}/airflow.db",
+    )
+    env.update(extra)
+    return env
+
+
+def _run(
+    name: str, command: list[str], env: dict[str, str], timeout: int, log: Path,
+    expect_success: bool = True,
+) -> subprocess.CompletedProcess:
+    """Run a command, keep its whole output in `log`, fail with the output's tail if its
+    exit status is not the expected one (zero, or non-zero with `expect_success=False`)."""
+    started = time.monotonic()
+    try:
+        result = subprocess.run(
+            command, env=env, cwd=log.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=timeout,
+        )
+    except subprocess.TimeoutExpired as exc:
+        output = exc.output.decode() if isinstance(exc.output, bytes) else (exc.output or "")
+        log.write_text(output)
+        pytest.fail(f"{name} did not finish in {timeout}s; output tail:\n{_tail(output)}")
+    log.write_text(result.stdout)
+    elapsed = time.monotonic() - started
+    print(f"{name}: exit {result.returncode} after {elapsed:.0f}s (log: {log})")
+    if (result.returncode == 0) != expect_success:
+        pytest.fail(
+            f"{name} exited {result.returncode} (full output: {log}); tail:\n"
+            f"{_tail(result.stdout)}"
+        )
+    return result
+
+
+def _dag_run_state(output: str) -> str:
+    """The final state `airflow dags test` logs for the run ("success", "failed", ...)."""
+    finished = [line for line in output.splitlines() if "DagRun Finished" in line]
+    assert finished, f"no 'DagRun Finished' line in the output; tail:\n{_tail(output)}"
+    return finished[-1].split(" state=", 1)[1].split(",", 1)[0]
+
+
+def _tail(output: str) -> str:
+    return "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    """An Airflow home with a migrated SQLite metadata DB, shared by this module's tests."""
+    assert AIRFLOW.exists(), f"no airflow CLI next to {sys.executable}: run `make setup` first"
+    home = tmp_path_factory.mktemp("airflow_home")
+    _run(
+        "airflow db migrate", [str(AIRFLOW), "db", "migrate"], _airflow_env(home),
+        MIGRATE_TIMEOUT_S, home / "db-migrate.log",
+    )
+    return home
+
+
+DAGBAG_PROBE = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+
+bag = DagBag()
+print("DAGBAG-JSON " + json.dumps({
+    "dag_ids": sorted(bag.dag_ids),
+    "import_errors": {str(path): str(error) for path, error in bag.import_errors.items()},
+    "params": {
+        dag_id: {name: dag.params.get_param(name).resolve() for name in dag.params}
+        for dag_id, dag in bag.dags.items()
+    },
+    "schedules": {dag_id: repr(dag.schedule) for dag_id, dag in bag.dags.items()},
+    "spark_imported": "pyspark" in sys.modules,
+}))
+"""
+
+
+def test_dagbag_loads_every_dag_without_errors(tmp_path):
+    master = "spark://from-env.example:7077"
+    env = _airflow_env(
+        tmp_path, DATAFLOW_SPARK_MASTER=master, DATAFLOW_WAREHOUSE=str(tmp_path / "env-warehouse")
+    )
+    result = _run(
+        "DagBag probe", [sys.executable, "-c", DAGBAG_PROBE], env, MIGRATE_TIMEOUT_S,
+        tmp_path / "dagbag.log",
+    )
+    line = next(line for line in result.stdout.splitlines() if line.startswith("DAGBAG-JSON "))
+    bag = json.loads(line.removeprefix("DAGBAG-JSON "))
+
+    assert bag["import_errors"] == {}
+    assert set(bag["dag_ids"]) == EXPECTED_DAG_IDS
+    params = bag["params"]["dataflow_demo"]
+    assert set(params) == DEMO_PARAMS
+    # Master and warehouse default to the Airflow worker's environment.
+    assert params["master"] == master
+    assert params["warehouse"] == str(tmp_path / "env-warehouse")
+    assert isinstance(params["rows"], int) and params["rows"] > 0
+    # Triggered by hand only, and cheap to parse: Spark is imported when the task runs.
+    assert bag["schedules"]["dataflow_demo"] == "None"
+    assert bag["spark_imported"] is False
+
+
+def test_dags_test_runs_the_demo_job_into_delta(airflow_home, tmp_path):
+    from deltalake import DeltaTable
+
+    from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
+
+    warehouse = tmp_path / "warehouse"
+    env_warehouse = tmp_path / "env-warehouse"  # what the run must NOT use: conf wins
+    conf = {
+        "rows": 2000, "seed": 7, "window": "30 minutes", "master": "local[2]",
+        "warehouse": str(warehouse),
+    }
+    env = _airflow_env(airflow_home, DATAFLOW_WAREHOUSE=str(env_warehouse))
+
+    result = _run(
+        "airflow dags test",
+        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
+        env, DAG_TEST_TIMEOUT_S, tmp_path / "dags-test.log",
+    )
+
+    assert _dag_run_state(result.stdout) == "success"
+    assert "in = accepted + quarantined + dropped as late" in result.stdout  # the job's ledger
+    assert not env_warehouse.exists(), "the run used $DATAFLOW_WAREHOUSE instead of its conf"
+    for table in (INPUT_TABLE, OUTPUT_TABLE):
+        assert (warehouse / table / "_delta_log").is_dir(), f"no Delta table {table} in {warehouse}"
+
+    # Read back with delta-rs, an independent Delta reader: the params reached the job.
+    events = DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table()
+    assert events.num_rows == conf["rows"]
+    counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table().to_pylist()
+    assert counts, f"{OUTPUT_TABLE} is empty"
+    assert 0 < sum(row["views"] for row in counts) <= conf["rows"]
+    sizes = {row["window_end"] - row["window_start"] for row in counts}
+    assert sizes == {timedelta(minutes=30)}, f"window sizes in {OUTPUT_TABLE}: {sizes}"
+
+
+def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
+    # The job rejects the window before starting Spark, so this run is quick.
+    conf = {"window": "every now and then", "master": "local[1]", "warehouse": str(tmp_path / "wh")}
+    result = _run(
+        "airflow dags test",
+        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
+        _airflow_env(airflow_home), DAG_TEST_TIMEOUT_S, tmp_path / "dags-test.log",
+        expect_success=False,
+    )
+    assert _dag_run_state(result.stdout) == "failed"
+    assert "invalid --window 'every now and then'" in result.stdout  # the job's own error
+    assert not (tmp_path / "wh").exists()
