@@ -1,0 +1,148 @@
+"""Scenario times and durations (FORMAT.md: `HH:MM:SS[.fff]`, ISO-8601, bare numbers; `2m`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import yaml
+from hypothesis import given
+from hypothesis import strategies as st
+
+from dataflow_core.model.time import (
+    END_OF_TIME,
+    SCENARIO_EPOCH,
+    format_duration,
+    format_instant,
+    parse_duration,
+    parse_instant,
+)
+
+S = 1000
+H = 3_600_000
+
+
+def test_scenario_epoch_is_2000_01_01_utc():
+    assert SCENARIO_EPOCH == int(dt.datetime(2000, 1, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+@pytest.mark.parametrize(
+    "text, offset_ms",
+    [
+        ("00:00:00", 0),
+        ("12:00:00", 12 * H),
+        ("12:04:59", 12 * H + 4 * 60 * S + 59 * S),
+        ("9:05:00", 9 * H + 5 * 60 * S),
+        ("23:59:59.999", 24 * H - 1),
+        ("12:00:00.5", 12 * H + 500),
+        ("12:00:00.05", 12 * H + 50),
+        ("12:00:00.123", 12 * H + 123),
+        (" 12:00:00 ", 12 * H),
+    ],
+)
+def test_time_of_day_is_on_2000_01_01(text: str, offset_ms: int):
+    assert parse_instant(text) == SCENARIO_EPOCH + offset_ms
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2000-01-01T12:00:00Z",
+        "2000-01-01T12:00:00.000Z",
+        "2000-01-01T13:00:00+01:00",
+        "2000-01-01T07:30:00-04:30",
+        "2000-01-01T12:00:00",  # no zone: UTC
+        "2000-01-01 12:00:00Z",
+    ],
+)
+def test_iso_8601_instants_with_z_and_offsets(text: str):
+    assert parse_instant(text) == SCENARIO_EPOCH + 12 * H
+
+
+def test_iso_8601_keeps_milliseconds_and_works_on_other_days():
+    assert parse_instant("2024-02-29T23:59:59.250Z") == int(
+        dt.datetime(2024, 2, 29, 23, 59, 59, tzinfo=dt.timezone.utc).timestamp() * 1000
+    ) + 250
+    assert parse_instant("1969-12-31T23:59:59.999Z") == -1
+
+
+@pytest.mark.parametrize("number, offset_ms", [(0, 0), (90, 90 * S), (1.5, 1500), (0.001, 1), (-1, -S), (43_200, 12 * H)])
+def test_bare_numbers_are_seconds_after_2000_01_01(number: float, offset_ms: int):
+    assert parse_instant(number) == SCENARIO_EPOCH + offset_ms
+
+
+def test_yaml_values_parse_as_scenarios_write_them():
+    doc = yaml.safe_load(
+        "quoted: '12:04:59'\nbare: 12:04:59\nseconds: 90\niso: 2000-01-01T12:00:00Z\nfrac: '12:00:00.250'\n"
+    )
+    assert parse_instant(doc["quoted"]) == SCENARIO_EPOCH + 12 * H + 299 * S
+    # YAML 1.1 reads an unquoted 12:04:59 as the base-60 number 43499: the same instant
+    assert parse_instant(doc["bare"]) == parse_instant(doc["quoted"])
+    assert parse_instant(doc["seconds"]) == SCENARIO_EPOCH + 90 * S
+    assert parse_instant(doc["iso"]) == SCENARIO_EPOCH + 12 * H  # a datetime after YAML
+    assert parse_instant(doc["frac"]) == SCENARIO_EPOCH + 12 * H + 250
+
+
+def test_datetime_objects_naive_ones_being_utc():
+    aware = dt.datetime(2000, 1, 1, 14, 0, tzinfo=dt.timezone(dt.timedelta(hours=2)))
+    assert parse_instant(aware) == parse_instant(dt.datetime(2000, 1, 1, 12, 0)) == SCENARIO_EPOCH + 12 * H
+
+
+@pytest.mark.parametrize(
+    "bad",
+    ["noon", "", "12:00", "24:00:00", "12:60:00", "12:00:60", "12:00:00.1234", "12:00:00Z", "2000-13-01T00:00:00Z",
+     "12h", True, None],
+)
+def test_unparseable_times_are_value_errors_that_quote_the_input(bad: object):
+    with pytest.raises(ValueError) as err:
+        parse_instant(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value)
+
+
+def test_format_instant_is_iso_with_milliseconds_and_z():
+    assert format_instant(SCENARIO_EPOCH + 12 * H + 1) == "2000-01-01T12:00:00.001Z"
+    assert format_instant(-1) == "1969-12-31T23:59:59.999Z"
+
+
+@given(st.integers(-(10**13), 10**13))
+def test_format_then_parse_gives_back_the_instant(t: int):
+    assert parse_instant(format_instant(t)) == t
+
+
+def test_end_of_time_is_after_any_parseable_instant():
+    assert parse_instant("9999-12-31T23:59:59.999Z") < END_OF_TIME
+
+
+# --- durations --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, ms",
+    [("500ms", 500), ("0s", 0), ("30s", 30 * S), ("2m", 120 * S), ("1h", H), ("1d", 24 * H), ("1000d", 1000 * 24 * H),
+     (" 2m ", 120 * S), ("2 m", 120 * S)],
+)
+def test_duration_units(text: str, ms: int):
+    assert parse_duration(text) == ms
+
+
+def test_a_bare_whole_number_duration_is_seconds():
+    assert parse_duration(0) == 0
+    assert parse_duration(5) == 5 * S
+
+
+@pytest.mark.parametrize("bad", ["2", "1.5m", "-1s", "2x", "m", "2min", "1D", "", "2m30s", True, -1])
+def test_bad_durations_are_value_errors_that_quote_the_input(bad: object):
+    with pytest.raises(ValueError) as err:
+        parse_duration(bad)  # type: ignore[arg-type]
+    assert repr(bad) in str(err.value)
+
+
+def test_units_are_listed_when_a_duration_has_none():
+    with pytest.raises(ValueError, match="500ms, 30s, 2m, 1h, 1d"):
+        parse_duration("90")
+
+
+@pytest.mark.parametrize("ms, text", [(500, "500ms"), (30 * S, "30s"), (120 * S, "2m"), (90 * S, "90s"), (H, "1h"), (48 * H, "2d")])
+def test_format_duration_uses_the_largest_exact_unit(ms: int, text: str):
+    assert format_duration(ms) == text
+    assert parse_duration(text) == ms
