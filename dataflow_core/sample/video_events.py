@@ -76,8 +76,13 @@ _MASK_53 = (1 << 53) - 1
 _DAY_MILLIS = 86_400_000
 
 
-def generate_events(spark: SparkSession, config: SampleConfig, labels: bool = False) -> DataFrame:
+def generate_events(
+    spark: SparkSession, config: SampleConfig, labels: bool = False, partitions: int | None = None
+) -> DataFrame:
     """The sample as a DataFrame (nothing is computed until an action runs).
+
+    `partitions` splits the row ids into that many Spark partitions (default: the
+    session's parallelism); the rows are the same whatever it is.
 
     With `labels=True` two extra columns say what the generator made of each row
     (`sample_kind`, `sample_defect`): the ground truth tests and the summary use.
@@ -107,7 +112,7 @@ def generate_events(spark: SparkSession, config: SampleConfig, labels: bool = Fa
     )
 
     df = (
-        spark.range(config.rows)
+        spark.range(0, config.rows, 1, partitions)
         .withColumn("_dup", is_duplicate)
         # The row whose event this row carries: itself, or the previous row for a re-delivery.
         .withColumn("_src", F.when(F.col("_dup"), previous).otherwise(row_id))
