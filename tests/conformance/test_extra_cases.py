@@ -1,0 +1,53 @@
+"""Extra conformance scenarios (tests/conformance/extra/): combinations the shared cases leave out.
+
+Every expectation in these files was derived by hand from ../shared/conformance/FORMAT.md (reasoning in
+each file's comments), never copied from a runner's output, so a failure here means the runner and the
+contract disagree.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dataflow_core.conformance import compare_panes
+from dataflow_core.scenario import load_scenario, pane_to_json, replay
+
+EXTRA_DIR = Path(__file__).parent / "extra"
+EXTRA = sorted(EXTRA_DIR.glob("*.yaml"))
+
+# Scenarios on which the reference runner still disagrees with FORMAT.md: name -> the rule and why.
+KNOWN_DISAGREEMENTS: dict[str, str] = {}
+
+
+def _param(path: Path):
+    reason = KNOWN_DISAGREEMENTS.get(path.stem)
+    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
+    return pytest.param(path, id=path.stem, marks=marks)
+
+
+def test_extra_cases_are_present():
+    assert len(EXTRA) >= 15
+
+
+def test_extra_cases_are_described_and_uniquely_named():
+    import yaml
+
+    names = []
+    for path in EXTRA:
+        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+        assert doc.get("description"), f"{path.name}: no description"
+        assert doc.get("expect"), f"{path.name}: no expected panes"
+        names.append(doc.get("name"))
+    assert len(names) == len(set(names)), "scenario names must be unique"
+
+
+@pytest.mark.parametrize("path", [_param(p) for p in EXTRA])
+def test_extra_case_replays_exactly(path: Path):
+    scenario = load_scenario(path)
+    result = replay(scenario, "local")
+    comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in result.panes])
+    assert comparison.ok, comparison.report(scenario.name)
+    if scenario.dropped is not None:
+        assert result.dropped == scenario.dropped, f"{scenario.name}: dropped={result.dropped}, want {scenario.dropped}"
