@@ -93,7 +93,24 @@ def get_spark(
         )
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
+    _quiet_python_error_logs()
     return spark
+
+
+def _quiet_python_error_logs() -> None:
+    """PySpark logs every failed query as a multi-kilobyte JSON record before raising it.
+
+    The exception itself still reaches the caller (and the CLI prints it as one line),
+    so the log record is only noise; `DATAFLOW_SPARK_LOG_LEVEL=INFO` keeps it.
+    """
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    if os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN").upper() in ("INFO", "DEBUG", "ALL", "TRACE"):
+        return
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def warehouse_root(spark: "SparkSession") -> str:

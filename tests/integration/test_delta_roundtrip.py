@@ -1,0 +1,122 @@
+"""Tables by name on real Delta: write, read back (Spark and a non-Spark reader), upsert, SQL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable as RustDeltaTable
+from deltalake import write_deltalake
+import pyarrow as pa
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.spark.tables import (
+    list_tables,
+    merge_upsert,
+    read_table,
+    register_tables,
+    table_path,
+    write_table,
+)
+
+pytestmark = pytest.mark.integration
+
+SCHEMA = "user_id long, title string, minutes double"
+
+
+def _rows(df) -> list[tuple]:
+    return sorted(tuple(row) for row in df.collect())
+
+
+def test_written_table_is_a_plain_delta_folder_readable_without_spark(spark, warehouse: Path):
+    df = spark.createDataFrame([(1, "intro", 3.5), (2, "outro", None)], SCHEMA)
+    result = write_table(spark, df, "plays_roundtrip")
+
+    assert table_path(spark, "plays_roundtrip") == str(warehouse / "plays_roundtrip")
+    assert (warehouse / "plays_roundtrip" / "_delta_log").is_dir()
+    assert (result.version, result.rows_inserted, result.rows_updated) == (0, 2, 0)
+    assert _rows(read_table(spark, "plays_roundtrip")) == [(1, "intro", 3.5), (2, "outro", None)]
+    # The delta-rs reader shares no code with Spark: the folder is standard Delta.
+    other = RustDeltaTable(str(warehouse / "plays_roundtrip")).to_pyarrow_table().to_pylist()
+    assert sorted((r["user_id"], r["title"], r["minutes"]) for r in other) == [
+        (1, "intro", 3.5),
+        (2, "outro", None),
+    ]
+
+
+def test_overwrite_replaces_and_append_adds(spark):
+    write_table(spark, spark.createDataFrame([(1, "a", 1.0)], SCHEMA), "plays_modes")
+    write_table(spark, spark.createDataFrame([(2, "b", 2.0)], SCHEMA), "plays_modes")
+    assert _rows(read_table(spark, "plays_modes")) == [(2, "b", 2.0)]
+    result = write_table(spark, spark.createDataFrame([(3, "c", 3.0)], SCHEMA), "plays_modes", mode="append")
+    assert result.version == 2
+    assert _rows(read_table(spark, "plays_modes")) == [(2, "b", 2.0), (3, "c", 3.0)]
+
+
+def test_merge_upsert_updates_matched_inserts_new_and_reruns_without_duplicates(spark):
+    first = spark.createDataFrame([(1, "a", 1.0), (2, "b", 2.0)], SCHEMA)
+    created = merge_upsert(spark, first, "plays_upsert", keys=["user_id", "title"])
+    assert (created.rows_inserted, created.rows_updated) == (2, 0)
+
+    change = spark.createDataFrame([(2, "b", 20.0), (3, "c", 3.0)], SCHEMA)
+    merged = merge_upsert(spark, change, "plays_upsert", keys=["user_id", "title"])
+    assert (merged.version, merged.rows_inserted, merged.rows_updated) == (1, 1, 1)
+    expected = [(1, "a", 1.0), (2, "b", 20.0), (3, "c", 3.0)]
+    assert _rows(read_table(spark, "plays_upsert")) == expected
+
+    again = merge_upsert(spark, change, "plays_upsert", keys=["user_id", "title"])
+    assert again.rows_inserted == 0
+    assert _rows(read_table(spark, "plays_upsert")) == expected
+
+
+def test_merge_upsert_matches_null_keys_instead_of_duplicating(spark):
+    rows = spark.createDataFrame([(None, "x", 1.0)], SCHEMA)
+    merge_upsert(spark, rows, "plays_null_key", keys=["user_id", "title"])
+    merge_upsert(spark, spark.createDataFrame([(None, "x", 5.0)], SCHEMA), "plays_null_key", keys=["user_id", "title"])
+    assert _rows(read_table(spark, "plays_null_key")) == [(None, "x", 5.0)]
+
+
+def test_merge_upsert_creates_partitioned_table(spark, warehouse: Path):
+    df = spark.createDataFrame([(1, "a", 1.0), (2, "b", 2.0)], SCHEMA)
+    merge_upsert(spark, df, "plays_partitioned", keys=["user_id"], partition_by=["title"])
+    assert (warehouse / "plays_partitioned" / "title=a").is_dir()
+    assert RustDeltaTable(str(warehouse / "plays_partitioned")).metadata().partition_columns == ["title"]
+
+
+def test_tables_are_queryable_by_name_including_ones_written_outside_spark(spark, warehouse: Path):
+    write_table(spark, spark.createDataFrame([(7, "z", 7.0)], SCHEMA), "plays_sql")
+    write_deltalake(str(warehouse / "devices_external"), pa.table({"device": ["tv", "phone"]}))
+
+    names = register_tables(spark)
+
+    assert {"plays_sql", "devices_external"} <= set(names)
+    assert names == list_tables(spark)
+    assert spark.sql("SELECT title FROM plays_sql").collect()[0]["title"] == "z"
+    devices = spark.sql("SELECT device FROM devices_external ORDER BY device").collect()
+    assert [row["device"] for row in devices] == ["phone", "tv"]
+
+
+def test_missing_table_error_names_the_table_and_the_warehouse(spark, warehouse: Path):
+    with pytest.raises(DataflowError) as error:
+        read_table(spark, "no_such_table")
+    message = str(error.value)
+    assert "'no_such_table'" in message and str(warehouse) in message
+
+
+def test_bad_arguments_are_named(spark):
+    df = spark.createDataFrame([(1, "a", 1.0), (1, "a", 2.0)], SCHEMA)
+    with pytest.raises(DataflowError, match=r"keys \['session_id'\] not among"):
+        merge_upsert(spark, df, "plays_bad", keys=["session_id"])
+    with pytest.raises(DataflowError, match="occurs 2 times"):
+        merge_upsert(spark, df, "plays_bad", keys=["user_id", "title"])
+    with pytest.raises(DataflowError, match="bad table name"):
+        write_table(spark, df, "../escape")
+    assert "plays_bad" not in list_tables(spark)
+
+
+def test_merge_with_duplicate_source_keys_gives_one_clear_error(spark):
+    merge_upsert(spark, spark.createDataFrame([(1, "a", 1.0)], SCHEMA), "plays_dupes", keys=["user_id"])
+    dupes = spark.createDataFrame([(1, "a", 2.0), (1, "a", 3.0)], SCHEMA)
+    with pytest.raises(DataflowError, match="same key"):
+        merge_upsert(spark, dupes, "plays_dupes", keys=["user_id"])
+    assert _rows(read_table(spark, "plays_dupes")) == [(1, "a", 1.0)]
