@@ -6,7 +6,7 @@ import datetime as dt
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow_core.model.time import (
@@ -104,6 +104,7 @@ def test_format_instant_is_iso_with_milliseconds_and_z():
     assert format_instant(-1) == "1969-12-31T23:59:59.999Z"
 
 
+@settings(deadline=None)  # timing varies on a loaded CI machine
 @given(st.integers(-(10**13), 10**13))
 def test_format_then_parse_gives_back_the_instant(t: int):
     assert parse_instant(format_instant(t)) == t
