@@ -18,6 +18,11 @@ class CombineFn(ABC, Generic[Acc]):
 
     name: str = "combine"
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = cls.__name__  # messages name the user's combiner class
+
     @abstractmethod
     def create_accumulator(self) -> Acc: ...
 

@@ -130,9 +130,9 @@ def _count(call: str, v: Any) -> int:
 
 
 def _fraction(call: str, v: Any) -> float:
-    if isinstance(v, (int, float)) and not isinstance(v, bool):
-        return float(v) / 100 if v > 1 else float(v)
-    raise ExpressionError(f"{call}: expected a fraction such as 0.99, got {_show(v)}")
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1:
+        return float(v)
+    raise ExpressionError(f"{call}: expected a fraction in (0, 1] such as 0.99, got {_show(v)}")
 
 
 # name -> (positional parameter names, keyword parameter names, builder)

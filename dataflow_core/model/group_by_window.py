@@ -48,6 +48,8 @@ class WindowState:
     next_on_time_index: int = 0
     standing: Pane | None = None  # last pane, not yet retracted (retracting mode)
     absorbed: list[Pane] = field(default_factory=list)  # standing panes of merged-away windows
+    processing_timer: Instant | None = None  # cached from the trigger state tree
+    event_timer: Instant | None = None
 
     @property
     def closed(self) -> bool:
@@ -104,7 +106,14 @@ class KeyedWindowSet:
                 ctx = self._ctx(w, at, watermark)
                 if s.trigger.should_fire(ws.trigger, ctx):
                     panes += self._fire(ws, ctx, last=False)
+                self._refresh_timers(ws)
         return panes
+
+    def _refresh_timers(self, ws: WindowState) -> None:
+        """Caches the window's earliest timers so that runners need not walk trigger trees."""
+        trig = self.strategy.trigger
+        ws.processing_timer = None if ws.closed else next_processing_timer(trig, ws.trigger)
+        ws.event_timer = None if ws.closed else next_event_timer(trig, ws.trigger)
 
     def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
         """The state of the window an element assigned to `w` belongs to, after merging."""
@@ -159,17 +168,26 @@ class KeyedWindowSet:
                 merged.absorbed += st.absorbed
             else:
                 merged.absorbed += st.absorbed + ([st.standing] if st.standing else [])
+        self._refresh_timers(merged)
         self.windows[result] = merged
 
     # --- time -------------------------------------------------------------------
 
     def next_processing_timer(self) -> Instant | None:
-        times = [
-            next_processing_timer(self.strategy.trigger, ws.trigger)
-            for ws in self.windows.values()
-            if not ws.closed
-        ]
-        return _least(times)
+        return _least(ws.processing_timer for ws in self.windows.values())
+
+    def next_watermark_deadline(self, watermark: Instant) -> Instant | None:
+        """The least watermark at which `advance_watermark` has something to do for this key:
+        a window end to pass, an event-time timer, or a garbage collection."""
+        s = self.strategy
+        times: list[Instant] = []
+        for ws in self.windows.values():
+            times.append(s.gc_time(ws.window))
+            if ws.event_timer is not None:
+                times.append(ws.event_timer)
+            if not ws.closed and ws.window.end > watermark:
+                times.append(ws.window.end)
+        return min(times, default=None)
 
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
@@ -177,13 +195,13 @@ class KeyedWindowSet:
         panes: list[Pane] = []
         for w in self._ordered(self.windows):
             ws = self.windows[w]
-            due = next_processing_timer(trig, ws.trigger)
-            if ws.closed or due is None or due > now:
+            if ws.closed or ws.processing_timer is None or ws.processing_timer > now:
                 continue
             ctx = self._ctx(w, now, watermark)
             deliver_processing_timers(trig, ws.trigger, ctx)
             if trig.should_fire(ws.trigger, ctx):
                 panes += self._fire(ws, ctx, last=False)
+            self._refresh_timers(ws)
         return panes
 
     def advance_watermark(self, old: Instant, new: Instant, at: Instant) -> list[Pane]:
@@ -196,12 +214,13 @@ class KeyedWindowSet:
             gc_now = s.gc_time(w) <= new
             if gc_now:
                 collected.append(ws)
+            crossing = old < w.end <= new
             if ws.closed:
+                if crossing:  # no trigger fires, but data may be waiting for GC's pane
+                    ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
                 continue
             ctx = self._ctx(w, at, new)
-            crossing = old < w.end <= new
-            timer = next_event_timer(s.trigger, ws.trigger)
-            if not crossing and (timer is None or timer > new):
+            if not crossing and (ws.event_timer is None or ws.event_timer > new):
                 continue
             deliver_event_timers(s.trigger, ws.trigger, ctx)
             if s.trigger.should_fire(ws.trigger, ctx):
@@ -210,6 +229,7 @@ class KeyedWindowSet:
                 panes += self._fire(ws, ctx, last=gc_now)
             elif crossing:
                 ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
+            self._refresh_timers(ws)
         for ws in collected:
             if ws.pending:  # rule 7: a final pane only for data no pane has included
                 panes += self._emit(ws, self._ctx(ws.window, at, new), last=True)

@@ -7,6 +7,7 @@ watermark can be moved "to the end" and compared like any other instant.
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 
 Instant = int  # milliseconds since 1970-01-01T00:00:00Z
@@ -46,6 +47,8 @@ def parse_instant(text: str | int | float | dt.datetime) -> Instant:
     if isinstance(text, dt.datetime):
         return _from_datetime(text)
     if isinstance(text, (int, float)):
+        if not math.isfinite(text):
+            raise ValueError(f"not a time: {text!r} (must be finite)")
         return SCENARIO_EPOCH + round(text * 1000)
     raw = str(text).strip()
     match = _HMS_RE.match(raw)

@@ -6,6 +6,7 @@ processing-time order: move the clock, deliver a bundle, move the watermark.
 
 from __future__ import annotations
 
+import heapq
 from typing import Any, Hashable, Iterable
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
@@ -24,6 +25,11 @@ class ReferenceRunner:
         self.watermark = start
         self.keys: dict[Hashable, KeyedWindowSet] = {}
         self.elements_in = 0
+        # Lazily invalidated heaps of (time, key order, key): an entry counts only while it
+        # still equals the key's current next timer / watermark deadline.
+        self._order: dict[Hashable, int] = {}
+        self._timers: list[tuple[Instant, int, Hashable]] = []
+        self._deadlines: list[tuple[Instant, int, Hashable]] = []
 
     @property
     def dropped(self) -> int:
@@ -33,20 +39,42 @@ class ReferenceRunner:
         ks = self.keys.get(key)
         if ks is None:
             ks = self.keys[key] = KeyedWindowSet(key, self.strategy)
+            self._order[key] = len(self._order)
         return ks
+
+    def _reschedule(self, key: Hashable) -> None:
+        ks = self.keys[key]
+        if (t := ks.next_processing_timer()) is not None:
+            heapq.heappush(self._timers, (t, self._order[key], key))
+        if (d := ks.next_watermark_deadline(self.watermark)) is not None:
+            heapq.heappush(self._deadlines, (d, self._order[key], key))
+
+    def _pop_due(self, heap: list, limit: Instant, current) -> list[Hashable]:
+        """Keys whose live heap entry is at or before `limit`, in key order."""
+        due: dict[Hashable, None] = {}
+        while heap and heap[0][0] <= limit:
+            t, _, key = heapq.heappop(heap)
+            if current(self.keys[key]) == t:
+                due[key] = None
+        return sorted(due, key=self._order.__getitem__)
 
     def next_timer(self) -> Instant | None:
         """The earliest pending processing-time timer of any key."""
-        times = [t for ks in self.keys.values() if (t := ks.next_processing_timer()) is not None]
-        return min(times, default=None)
+        while self._timers:
+            t, _, key = self._timers[0]
+            if self.keys[key].next_processing_timer() == t:
+                return t
+            heapq.heappop(self._timers)
+        return None
 
     def fire_timers_at(self, t: Instant) -> list[Pane]:
         """Move the clock to `t` and fire the timers due then (none may be due earlier)."""
         self._check_clock(t)
         self.processing_time = t
         panes: list[Pane] = []
-        for ks in self.keys.values():
-            panes += ks.fire_processing_timers(t, self.watermark)
+        for key in self._pop_due(self._timers, t, KeyedWindowSet.next_processing_timer):
+            panes += self.keys[key].fire_processing_timers(t, self.watermark)
+            self._reschedule(key)
         return panes
 
     def advance_processing_time(self, to: Instant) -> list[Pane]:
@@ -71,6 +99,7 @@ class ReferenceRunner:
         panes: list[Pane] = []
         for key, els in by_key.items():
             panes += self._key(key).add_bundle(els, self.processing_time, self.watermark)
+            self._reschedule(key)
         return panes
 
     def advance_watermark(self, to: Instant) -> list[Pane]:
@@ -79,8 +108,9 @@ class ReferenceRunner:
         if self.watermark == old:
             return []
         panes: list[Pane] = []
-        for ks in self.keys.values():
-            panes += ks.advance_watermark(old, self.watermark, self.processing_time)
+        for key in self._pop_due(self._deadlines, self.watermark, lambda ks: ks.next_watermark_deadline(old)):
+            panes += self.keys[key].advance_watermark(old, self.watermark, self.processing_time)
+            self._reschedule(key)
         return panes
 
     def output_watermark(self) -> Instant:

@@ -18,16 +18,7 @@ EXTRA_DIR = Path(__file__).parent / "extra"
 EXTRA = sorted(EXTRA_DIR.glob("*.yaml"))
 
 # Scenarios on which the reference runner still disagrees with FORMAT.md: name -> the rule and why.
-KNOWN_DISAGREEMENTS: dict[str, str] = {
-    "sessions_closed_merge_gc": (
-        "FORMAT rule 8: when the watermark passes a window's end and nothing fires but the window holds "
-        "data no pane has included, its next pane is ON_TIME. A session that is closed (finished trigger "
-        "kept through a merge, rule 10) but holds a merged-in part's unemitted data gets its garbage-"
-        "collection pane printed LATE: KeyedWindowSet.advance_watermark skips closed windows "
-        "(`if ws.closed: continue`) before the `crossing` branch that sets on_time = OWED, so _emit "
-        "falls through to PaneTiming.LATE"
-    ),
-}
+KNOWN_DISAGREEMENTS: dict[str, str] = {}
 
 
 def _param(path: Path):

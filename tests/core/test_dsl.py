@@ -81,9 +81,11 @@ def test_describe_round_trips_through_the_parser():
         assert parse_trigger(built.describe()) == built
 
 
-def test_percentile_watermark_accepts_a_fraction_or_a_percentage():
+def test_percentile_watermark_takes_a_fraction():
     assert parse_trigger("AfterPercentileWatermark(0.99)") == AfterPercentileWatermark(0.99)
-    assert parse_trigger("AtPercentileWatermark(99)") == AfterPercentileWatermark(0.99)
+    assert parse_trigger("AtPercentileWatermark(1)") == AfterPercentileWatermark(1.0)
+    with pytest.raises(ExpressionError, match=r"fraction in \(0, 1\]"):
+        parse_trigger("AtPercentileWatermark(99)")
 
 
 # --- windows ----------------------------------------------------------------------------
@@ -138,7 +140,7 @@ def test_window_durations_in_every_unit(unit: str, ms: int):
         ("FirstOf(early=AfterCount(1))", "FirstOf takes only triggers"),
         ("AfterAll(AfterCount(1), 3)", "expected a trigger, got 3"),
         ("OrFinally(AfterCount(1))", "OrFinally is missing until"),
-        ("AfterPercentileWatermark(0)", r"percentile must be in \(0, 1\]"),
+        ("AfterPercentileWatermark(0)", r"expected a fraction in \(0, 1\]"),
         ("AfterCount(count=1, 2)", "positional argument after keyword"),
         ("AfterCount(#)", "unexpected '#"),
     ],

@@ -179,11 +179,6 @@ def test_missing_file_is_one_line(tmp_path: Path):
     assert "no such file" in error_line(proc, path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="parse_instant raises OverflowError (not ValueError) for an infinite number, so "
-    "scenario._event does not catch it and the CLI's fallback prints no file/event context",
-)
 def test_infinite_time_names_the_event(tmp_path: Path):
     line = error_line(replay(tmp_path, with_events('{at: "12:00:10"}', "{at: .inf}")), tmp_path / "scenario.yaml")
     assert "event 2" in line
