@@ -81,7 +81,7 @@ def get_spark(
         .config(WAREHOUSE_CONF, root)
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}")
+        .config("spark.driver.extraJavaOptions", _driver_java_options(local))
     )
     if local:
         builder = (
@@ -111,6 +111,13 @@ def _quiet_python_error_logs() -> None:
         return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _driver_java_options(local: bool) -> str:
+    """Our log4j2 config, plus `$DATAFLOW_SPARK_JAVA_OPTS` (e.g. JIT or GC flags)."""
+    options = [f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}"]
+    options += os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "").split()
+    return " ".join(options)
 
 
 def warehouse_root(spark: "SparkSession") -> str:

@@ -1,0 +1,83 @@
+"""Setup prerequisites fail fast with one clear line: Java version, Delta jar cache."""
+
+from __future__ import annotations
+
+import socket
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.spark import jars
+from dataflow_core.spark.java import check_java, parse_java_major
+
+pytestmark = pytest.mark.integration
+
+
+def _fake_java(tmp_path: Path, version: str) -> Path:
+    home = tmp_path / "jdk"
+    (home / "bin").mkdir(parents=True)
+    java = home / "bin" / "java"
+    java.write_text(f"#!/bin/sh\necho 'openjdk version \"{version}\" 2020-01-01' >&2\n")
+    java.chmod(java.stat().st_mode | stat.S_IEXEC)
+    return home
+
+
+@pytest.mark.parametrize(
+    ("output", "major"),
+    [('openjdk version "17.0.15" 2025-04-15', 17), ('java version "1.8.0_392"', 8), ('openjdk version "21" x', 21)],
+)
+def test_java_major_is_read_from_java_version_output(output: str, major: int):
+    assert parse_java_major(output) == major
+
+
+def test_old_java_is_refused_with_what_to_install(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(_fake_java(tmp_path, "11.0.2")))
+    with pytest.raises(DataflowError, match=r"is Java 11, but Spark 4 needs Java 17\+: install OpenJDK"):
+        check_java()
+
+
+def test_java_home_without_java_is_named(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("JAVA_HOME", str(tmp_path))
+    with pytest.raises(DataflowError, match=f"JAVA_HOME={tmp_path} has no bin/java"):
+        check_java()
+
+
+def test_installed_java_passes():
+    assert check_java() >= 17
+
+
+def test_unreachable_repository_and_empty_cache_says_run_make_setup(tmp_path: Path):
+    started = time.monotonic()
+    with pytest.raises(DataflowError) as error:
+        jars.delta_jars(cache=tmp_path / "cache", repository="http://127.0.0.1:9/maven2/", timeout=120)
+    message = str(error.value)
+    assert "\n" not in message
+    assert jars.delta_coordinate() in message and "run `make setup`" in message
+    assert "127.0.0.1:9" in message
+    assert time.monotonic() - started < 120
+    assert not (tmp_path / "cache" / jars.MANIFEST_NAME).exists()
+
+
+def test_repository_that_never_answers_times_out_instead_of_hanging(tmp_path: Path):
+    with socket.socket() as silent:  # accepts connections, never replies
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/maven2/"
+        started = time.monotonic()
+        with pytest.raises(DataflowError, match=r"no answer within 8s.*run `make setup`"):
+            jars.resolve_jars(cache=tmp_path, repository=url, timeout=8)
+        assert time.monotonic() - started < 30
+
+
+def test_session_loads_the_cached_jars_instead_of_resolving_packages(spark):
+    manifest = jars.read_manifest()
+    assert manifest is not None, "make setup did not cache the Delta jars"
+    loaded = spark.conf.get("spark.jars").split(",")
+    assert loaded == manifest.jars
+    assert any(Path(jar).name.startswith("io.delta_delta-spark_") for jar in loaded)
+    assert spark.conf.get("spark.jars.packages", "") == ""
+    assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
