@@ -126,55 +126,72 @@ def generate_events(
     )
     defect = F.col("_defect")
 
-    # Identity and dimensions of the event.
-    is_ad = g.uniform(src, "is_ad") < config.ad_share
-    device = F.when(kind == LATE_HOURS, g.weighted(src, "device", _mobile_shares())).otherwise(
-        g.weighted(src, "device", DEVICE_SHARES)
+    # Values used more than once are computed once, in their own column: Spark keeps such
+    # projections apart instead of inlining (and re-hashing) them into every use.
+    df = df.select(
+        "*",
+        (g.uniform(src, "is_ad") < config.ad_share).alias("_is_ad"),
+        g.uniform(src, "watch").alias("_u_watch"),
+        (F.lit(config.start_millis) + F.floor(g.uniform(src, "event_time") * config.span_millis))
+        .alias("_event_ms"),
+        g.uniform(src, "delay").alias("_u_delay"),
     )
-    video_rank = F.floor(F.pow(g.uniform(src, "video"), 2) * config.video_count)  # skewed
-    content_watch = F.least(-F.log1p(-g.uniform(src, "watch")) * 240.0, F.lit(3.0 * 3600))
-    ad_watch = 5.0 + g.uniform(src, "watch") * 25.0
-    watch = F.round(F.when(is_ad, ad_watch).otherwise(content_watch), 1)
+    is_ad, u_watch, event_ms, u_delay = (
+        F.col("_is_ad"), F.col("_u_watch"), F.col("_event_ms"), F.col("_u_delay"),
+    )
 
     # Times, in epoch milliseconds (exact integers; no session time zone involved).
-    event_ms = F.lit(config.start_millis) + F.floor(g.uniform(src, "event_time") * config.span_millis)
-    u_delay = g.uniform(src, "delay")
     delay_ms = (
         F.when(kind == LATE_MINUTES, 60_000 + F.floor(u_delay * 29 * 60_000))
         .when(kind == LATE_HOURS, 3_600_000 + F.floor(u_delay * 11 * 3_600_000))
         .otherwise(50 + F.floor(u_delay * u_delay * 10_000))
     )
     redelivery_ms = 1_000 + F.floor(g.uniform(row_id, "redelivery") * 10 * 60_000)
-    ingest_ms = event_ms + delay_ms + F.when(F.col("_dup"), redelivery_ms).otherwise(F.lit(0))
-    reported_ms = F.when(defect == "future_event_time", event_ms + FUTURE_OFFSET_MILLIS).otherwise(
-        event_ms
+    df = df.select(
+        "*",
+        (event_ms + delay_ms + F.when(F.col("_dup"), redelivery_ms).otherwise(F.lit(0)))
+        .alias("_ingest_ms"),
+        # The time the client reports: null when its text will not parse.
+        F.when(defect == "unparseable_event_time", F.lit(None).cast("long"))
+        .when(defect == "future_event_time", event_ms + FUTURE_OFFSET_MILLIS)
+        .otherwise(event_ms)
+        .alias("_reported_ms"),
     )
-    raw_time = F.when(
-        defect == "unparseable_event_time", g.pick(src, "bad_time", UNPARSEABLE_TIMES)
-    ).otherwise(_iso_text(reported_ms))
+    reported_ms, ingest_ms = F.col("_reported_ms"), F.col("_ingest_ms")
+
+    device = F.when(kind == LATE_HOURS, g.weighted(src, "device", _mobile_shares())).otherwise(
+        g.weighted(src, "device", DEVICE_SHARES)
+    )
+    video_rank = F.floor(F.pow(g.uniform(src, "video"), 2) * config.video_count)  # skewed
+    content_watch = F.least(-F.log1p(-u_watch) * 240.0, F.lit(3.0 * 3600))
+    ad_watch = 5.0 + u_watch * 25.0
+    watch = F.round(F.when(is_ad, ad_watch).otherwise(content_watch), 1)
+    user = F.floor(g.uniform(src, "user") * config.user_count).cast("string")
+    ad = F.floor(g.uniform(src, "ad") * 200).cast("string")
+    no_text = F.lit(None).cast("string")
 
     df = df.select(
-        "id",
-        F.col("_dup"),
+        "_dup",
         kind,
         defect,
         _event_id(g, src).alias("event_id"),
-        F.when(defect == "null_user_id", F.lit(None).cast("string"))
-        .otherwise(F.concat(F.lit("user-"), F.floor(g.uniform(src, "user") * config.user_count).cast("string")))
+        F.when(defect == "null_user_id", no_text).otherwise(F.concat(F.lit("user-"), user))
         .alias("user_id"),
-        F.when(defect == "null_video_id", F.lit(None).cast("string"))
+        F.when(defect == "null_video_id", no_text)
         .otherwise(F.concat(F.lit("video-"), video_rank.cast("string")))
         .alias("video_id"),
-        F.when(is_ad, F.concat(F.lit("ad-"), F.floor(g.uniform(src, "ad") * 200).cast("string")))
-        .otherwise(F.lit(None).cast("string"))
-        .alias("ad_id"),
-        raw_time.alias("event_time_raw"),
+        F.when(is_ad, F.concat(F.lit("ad-"), ad)).otherwise(no_text).alias("ad_id"),
+        F.when(reported_ms.isNull(), g.pick(src, "bad_time", UNPARSEABLE_TIMES))
+        .otherwise(_iso_text(reported_ms))
+        .alias("event_time_raw"),
+        # What parse_event_time(event_time_raw) gives, computed from the same milliseconds
+        # (parsing 10 million strings would double the generator's run time).
+        F.timestamp_millis(reported_ms).alias("event_time"),
         F.timestamp_millis(ingest_ms).alias("ingest_time"),
         F.when(defect == "negative_watch_seconds", -watch).otherwise(watch).alias("watch_seconds"),
         F.when(defect == "unknown_device", F.lit(UNKNOWN_DEVICE)).otherwise(device).alias("device"),
+        _utc_date_of_millis(F.coalesce(reported_ms, ingest_ms)).alias("event_date"),
     )
-    df = df.withColumn("event_time", parse_event_time(F.col("event_time_raw")))
-    df = df.withColumn("event_date", utc_date(F.coalesce(F.col("event_time"), F.col("ingest_time"))))
     out: list[Column | str] = list(COLUMNS)
     if labels:
         out += [
@@ -191,7 +208,11 @@ def parse_event_time(raw: Column) -> Column:
 
 def utc_date(ts: Column) -> Column:
     """The UTC calendar date of a timestamp, whatever the session time zone."""
-    return F.date_from_unix_date(F.floor(F.unix_millis(ts) / _DAY_MILLIS).cast("int"))
+    return _utc_date_of_millis(F.unix_millis(ts))
+
+
+def _utc_date_of_millis(ms: Column) -> Column:
+    return F.date_from_unix_date(F.floor(ms / _DAY_MILLIS).cast("int"))
 
 
 def count_by_kind(spark: SparkSession, config: SampleConfig) -> dict[str, int]:
@@ -258,7 +279,7 @@ def _iso_text(ms: Column) -> Column:
     """Epoch milliseconds as `2024-05-01T12:34:56.789Z`, built from integers so the text
     does not depend on the session time zone."""
     days = F.floor(ms / _DAY_MILLIS)
-    of_day = ms - days * _DAY_MILLIS
+    of_day = F.pmod(ms, F.lit(_DAY_MILLIS))
 
     def two(value: Column) -> Column:
         return F.lpad(value.cast("string"), 2, "0")
