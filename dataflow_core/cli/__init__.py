@@ -24,7 +24,17 @@ def build_parser() -> argparse.ArgumentParser:
             "The Dataflow model (what / where / when / how) on Spark, Delta Lake, "
             "Airflow and Great Expectations."
         ),
-        epilog="Run `dataflow COMMAND --help` for a command's options.",
+        epilog=(
+            "a first session:\n"
+            "  dataflow generate --rows 10000        sample events -> ./warehouse/video_events\n"
+            '  dataflow sql "SELECT device, count(*) FROM video_events GROUP BY device"\n'
+            "  dataflow replay SCENARIO.yaml         a scripted history through the reference runner\n"
+            "\n"
+            "Spark commands (generate, sql) take --master (default $DATAFLOW_SPARK_MASTER or\n"
+            "local[*]) and --warehouse (default $DATAFLOW_WAREHOUSE or ./warehouse).\n"
+            "Run `dataflow COMMAND --help` for a command's options."
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument(
         "-v", "--verbose", action="store_true", help="show full tracebacks on errors"
