@@ -20,16 +20,19 @@ ENV JAVA_HOME=/usr/lib/jvm/java-17 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Same uid as the official Airflow image, so volumes move between the two without chown.
+# Directories that compose mounts named volumes on must exist here, owned by that user:
+# a fresh volume copies its mount point's ownership from the image.
 RUN useradd --create-home --uid 50000 --gid 0 dataflow \
-    && mkdir -p /opt/dataflow /opt/airflow /warehouse \
-    && chown dataflow:0 /opt/dataflow /opt/airflow /warehouse
+    && mkdir -p /opt/dataflow /opt/airflow/logs /warehouse \
+    && chown -R dataflow:0 /opt/dataflow /opt/airflow /warehouse
 WORKDIR /opt/dataflow
 
 # Dependencies first (their layer survives code edits), exactly the locked versions.
 COPY requirements.lock ./
 RUN pip install --no-deps -r requirements.lock
-# Postgres driver for Airflow's metadata DB in docker-compose.yml (local runs use SQLite).
-RUN pip install psycopg2-binary==2.9.10
+# Postgres drivers for Airflow's metadata DB in docker-compose.yml (local runs use SQLite):
+# Airflow 3 opens the same database both ways, sync (psycopg2) and async (asyncpg).
+RUN pip install psycopg2-binary==2.9.10 asyncpg==0.30.0
 
 COPY --chown=dataflow:0 pyproject.toml README.md ./
 COPY --chown=dataflow:0 dataflow_core ./dataflow_core

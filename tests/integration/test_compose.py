@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 
-AIRFLOW_SERVICES = ("airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+AIRFLOW_SERVICES = (
+    "airflow-apiserver", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer"
+)
 SPARK_WORKERS = ("spark-worker-1", "spark-worker-2")
 SPARK_SERVICES = ("spark-master", *SPARK_WORKERS)
 MASTER_URL = "spark://spark-master:7077"
@@ -70,14 +72,15 @@ def test_every_service_of_the_stack_is_defined(services):
 
 
 def test_project_services_are_built_from_the_dockerfile(services):
-    for name in ("airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES):
+    project_services = ("airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES)
+    for name in project_services:
         build = services[name].get("build")
         assert build, f"{name} has no build section"
         context = ROOT / build.get("context", ".")
         assert context.resolve() == ROOT, f"{name} builds from {context}, not the repository root"
         assert (context / build.get("dockerfile", "Dockerfile")).resolve() == DOCKERFILE
-    images = {services[name].get("image") for name in ("airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES)}
-    assert len(images) == 1, f"the Airflow and Spark services should share one image tag, got {images}"
+    images = {services[name].get("image") for name in project_services}
+    assert len(images) == 1, f"Airflow and Spark services should share one image, got {images}"
 
 
 def test_airflow_waits_for_postgres_and_the_migration(services):
@@ -117,7 +120,8 @@ def test_airflow_uses_the_postgres_service_and_the_dags_folder(services):
         assert url.username == postgres_env["POSTGRES_USER"]
         assert url.path.lstrip("/") == postgres_env["POSTGRES_DB"]
         assert env["AIRFLOW__CORE__LOAD_EXAMPLES"].lower() == "false"
-        assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"].startswith("http://airflow-apiserver:8080/")
+        execution_api = env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]
+        assert execution_api.startswith("http://airflow-apiserver:8080/"), execution_api
         # All components sign and check the same tokens.
         assert env["AIRFLOW__API_AUTH__JWT_SECRET"] == _env(services["airflow-apiserver"])[
             "AIRFLOW__API_AUTH__JWT_SECRET"
@@ -155,6 +159,40 @@ def test_warehouse_volume_is_shared_at_the_same_path(services):
     assert "warehouse" in compose["volumes"]
 
 
+def test_image_has_the_drivers_for_airflows_database(services):
+    # Airflow 3 derives an async URL from the sync one (postgresql+asyncpg): both must import.
+    scheme = urlsplit(_env(services["airflow-init"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]).scheme
+    driver = scheme.split("+", 1)[1] if "+" in scheme else "psycopg2"
+    installs = " && ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN")
+    for package in (driver, "asyncpg"):
+        assert re.search(rf"pip install [^&]*\b{package}", installs), (
+            f"the Dockerfile does not install {package}, which Airflow needs for {scheme}"
+        )
+
+
+def test_named_volume_mount_points_are_created_in_the_image(services):
+    # A fresh named volume takes its owner from the image's mount point; one Docker has to
+    # create would belong to root, and the image's non-root user could not write to it.
+    created = set()
+    for keyword, rest in _dockerfile_instructions():
+        if keyword == "RUN":
+            for match in re.finditer(r"mkdir -p ((?:/\S+\s*)+)", rest):
+                created.update(match.group(1).split())
+    for name, service in services.items():
+        if "build" not in service:
+            continue
+        for volume in service.get("volumes") or []:
+            if isinstance(volume, str):
+                source, target = volume.split(":")[:2]
+            else:
+                source, target = volume["source"], volume["target"]
+            if source.startswith((".", "/")):
+                continue  # a bind mount of a host folder
+            assert target in created, (
+                f"{name}: mount point {target} of volume {source} is not made in the image"
+            )
+
+
 def test_spark_driver_is_reachable_from_the_workers(services):
     # Tasks (hence Spark drivers) run in the scheduler: executors must resolve its name.
     scheduler = services["airflow-scheduler"]
@@ -179,7 +217,7 @@ def test_dockerfile_copies_only_files_that_exist():
     for rest in copies:
         words = [word for word in rest.split() if not word.startswith("--")]
         for source in words[:-1]:
-            assert (ROOT / source).exists(), f"Dockerfile copies {source}, which is not in the repository"
+            assert (ROOT / source).exists(), f"Dockerfile copies {source}, not in the repository"
 
 
 def test_dockerfile_builds_the_project_image():
