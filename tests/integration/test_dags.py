@@ -183,3 +183,31 @@ def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
     assert _dag_run_state(result.stdout) == "failed"
     assert "invalid --window 'every now and then'" in result.stdout  # the job's own error
     assert not (tmp_path / "wh").exists()
+
+
+def test_airflow_env_script_points_airflow_at_the_project(tmp_path):
+    script = ROOT / "scripts" / "airflow-env.sh"
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith(("AIRFLOW", "DATAFLOW_"))}  # fmt: skip
+    sourced = subprocess.run(
+        ["bash", "-c", f'source "{script}" && echo "$AIRFLOW_HOME|$DATAFLOW_WAREHOUSE"'],
+        env=env, capture_output=True, text=True, timeout=60, check=True,
+    )
+    assert sourced.stdout.strip() == f"{ROOT / '.airflow'}|{ROOT / 'warehouse'}"
+
+    # Executed with a command, it runs the command inside that environment: ask Airflow's
+    # own configuration which settings it ended up with.
+    env["AIRFLOW_HOME"] = str(tmp_path)
+    probe = (
+        "import json; from airflow.configuration import conf; print('CONF ' + json.dumps(["
+        "conf.get('core', 'dags_folder'), conf.getboolean('core', 'load_examples'), "
+        "conf.get('database', 'sql_alchemy_conn')]))"
+    )
+    result = _run(
+        "airflow-env.sh python", [str(script), sys.executable, "-c", probe], env,
+        MIGRATE_TIMEOUT_S, tmp_path / "config.log",
+    )
+    line = next(line for line in result.stdout.splitlines() if line.startswith("CONF "))
+    assert json.loads(line.removeprefix("CONF ")) == [
+        str(DAGS_FOLDER), False, f"sqlite:///{tmp_path}/airflow.db"
+    ]
