@@ -127,7 +127,13 @@ def test_demo_job_runs_on_a_standalone_master(cluster, tmp_path):
 
     warehouse = tmp_path / "warehouse"
     log = tmp_path / "demo-job.log"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable}
+    # Extra Spark settings go through spark-defaults.conf, as docs/deployment.md describes:
+    # this tiny sample needs a few shuffle partitions, not a cluster's default 200.
+    conf_dir = tmp_path / "spark-conf"
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions  4\n")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir)}
     env.pop("DATAFLOW_WAREHOUSE", None)
     command = [
         sys.executable, "-m", "jobs.demo_job", "--rows", "2000", "--seed", "11",
