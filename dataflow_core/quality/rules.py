@@ -121,6 +121,15 @@ class RuleSet:
     def names(self) -> tuple[str, ...]:
         return tuple(rule.name for rule in self.rules)
 
+    def check_columns(self, columns: list[str]) -> None:
+        """Refuse data that lacks a column some rule checks (it would fail obscurely later)."""
+        missing = sorted({c for rule in self.rules for c in rule.columns} - set(columns))
+        if missing:
+            raise DataflowError(
+                f"suite {self.name!r} checks column(s) {', '.join(missing)} that the data lacks "
+                f"(it has {', '.join(columns)})"
+            )
+
 
 def load_rules(suite: str = DEFAULT_SUITE, directory: Path | str | None = None) -> RuleSet:
     """Read `<directory>/<suite>.json` (or a path to a .json file) into checked rules."""

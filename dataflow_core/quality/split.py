@@ -5,7 +5,6 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dataflow_core.errors import DataflowError
 from dataflow_core.quality.rules import RuleSet, load_rules
 
 REASON_COLUMN = "quarantine_reason"
@@ -25,12 +24,7 @@ def split_valid_rows(
     """(accepted, quarantined). Quarantined rows keep every input column plus
     `quarantine_reason`: the broken rules' names in suite order, joined by '; '."""
     rules = rules or load_rules()
-    missing = sorted({c for rule in rules.rules for c in rule.columns} - set(df.columns))
-    if missing:
-        raise DataflowError(
-            f"suite {rules.name!r} checks column(s) {', '.join(missing)} that the data lacks "
-            f"(it has {', '.join(df.columns)})"
-        )
+    rules.check_columns(df.columns)
     tagged = df.withColumn(_FAILED, failed_rules(rules))
     accepted = tagged.where(F.size(_FAILED) == 0).drop(_FAILED)
     quarantined = (
