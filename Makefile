@@ -4,6 +4,8 @@
 #   make test   - setup, then the whole pytest suite (tests/)
 #   make demo   - setup, then the demo job (python -m jobs.demo_job)
 #   make bench  - setup, then every benchmarks/bench_*.py
+#   make airflow       - Airflow standalone (UI on :8080) with the project's DAGs, SQLite DB
+#   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
 #   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
 #   make clean  - generated data and caches of tests; `make distclean` also .venv and .cache
 
@@ -20,7 +22,7 @@ LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench lock clean distclean
+.PHONY: setup test demo bench airflow airflow-demo lock clean distclean
 
 setup: $(VENV)/.ready
 	@$(PY) -m dataflow_core.spark.jars
@@ -56,6 +58,14 @@ bench: setup
 	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \
 	if [ $${#scripts[@]} -eq 0 ]; then echo "make bench: no benchmarks/bench_*.py found" >&2; exit 1; fi; \
 	for script in "$${scripts[@]}"; do echo "== $$script"; $(PY) "$$script" || exit $$?; done
+
+# Airflow on this machine: SQLite metadata and the project's dags/ (scripts/airflow-env.sh).
+airflow: setup
+	scripts/airflow-env.sh airflow standalone
+
+airflow-demo: setup
+	scripts/airflow-env.sh airflow db migrate
+	scripts/airflow-env.sh airflow dags test dataflow_demo --conf '{"rows": 2000}'
 
 lock: $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)

@@ -6,6 +6,7 @@ the caller's SparkSession. The report names every expectation and whether it fai
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,9 @@ if TYPE_CHECKING:
 
 # GE would otherwise try to send usage statistics over a network this platform may not have.
 os.environ.setdefault("GX_ANALYTICS_ENABLED", "False")
+# Its info-level logging (hundreds of lines once Airflow has configured logging) drowns
+# the job's own progress lines; warnings and errors still come through.
+logging.getLogger("great_expectations").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True)
