@@ -7,7 +7,7 @@ processing-time order: move the clock, deliver a bundle, move the watermark.
 from __future__ import annotations
 
 import heapq
-from typing import Any, Hashable, Iterable
+from typing import Hashable, Iterable
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.panes import Pane

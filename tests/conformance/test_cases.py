@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from dataflow_core.conformance import compare_panes
-from dataflow_core.scenario import load_scenario, pane_to_json, replay
+from dataflow_core.scenario import load_scenario
+from tests.conformance.replaying import assert_replays_exactly
 
 CASES_DIR = Path(__file__).parent / "cases"
 SHARED_DIR = Path(__file__).resolve().parents[2].parent / "shared" / "conformance" / "cases"
@@ -34,12 +35,7 @@ def test_cases_in_step_with_shared():
 
 @pytest.mark.parametrize("path", CASES, ids=[p.stem for p in CASES])
 def test_case_replays_exactly(path: Path):
-    scenario = load_scenario(path)
-    result = replay(scenario, "local")
-    comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in result.panes])
-    assert comparison.ok, comparison.report(scenario.name)
-    if scenario.dropped is not None:
-        assert result.dropped == scenario.dropped
+    assert_replays_exactly(path)
 
 
 def test_cli_replay_prints_json_lines_and_dropped(tmp_path: Path):

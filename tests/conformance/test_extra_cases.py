@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dataflow_core.conformance import compare_panes
-from dataflow_core.scenario import load_scenario, pane_to_json, replay
+from tests.conformance.replaying import assert_replays_exactly
 
 EXTRA_DIR = Path(__file__).parent / "extra"
 EXTRA = sorted(EXTRA_DIR.glob("*.yaml"))
@@ -45,9 +44,4 @@ def test_extra_cases_are_described_and_uniquely_named():
 
 @pytest.mark.parametrize("path", [_param(p) for p in EXTRA])
 def test_extra_case_replays_exactly(path: Path):
-    scenario = load_scenario(path)
-    result = replay(scenario, "local")
-    comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in result.panes])
-    assert comparison.ok, comparison.report(scenario.name)
-    if scenario.dropped is not None:
-        assert result.dropped == scenario.dropped, f"{scenario.name}: dropped={result.dropped}, want {scenario.dropped}"
+    assert_replays_exactly(path)

@@ -20,7 +20,7 @@ from dataflow_core.model.triggers import (
     Default,
     Repeatedly,
 )
-from dataflow_core.model.windows import FixedWindows, GlobalWindows, IntervalWindow, Sessions, SlidingWindows, merge_overlapping
+from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows, merge_overlapping
 from dataflow_core.runners.reference import ReferenceRunner
 from tests.core.histories import START, Step, histories, run
 

@@ -25,7 +25,6 @@ from dataflow_core.model.triggers import (
     AfterPercentileWatermark,
     AfterProcessingTime,
     AfterWatermark,
-    AlignedProcessingTime,
     Never,
     OrFinally,
     RepeatUntil,
