@@ -36,7 +36,7 @@ PARAMS = {
         type="string",
         minLength=1,
         title="Window",
-        description="Fixed event-time window size: a whole number and a unit, e.g. '10 minutes'.",
+        description="Fixed event-time window size: a whole number and a unit (500ms, 30s, 10m, 1h, 1d).",
     ),
     "master": Param(
         os.environ.get("DATAFLOW_SPARK_MASTER", "local[*]"),

@@ -1,6 +1,6 @@
 """Demo job: sample views -> Great Expectations -> quarantine -> dedup -> windowed counts.
 
-    python -m jobs.demo_job [--rows 20000] [--seed 42] [--window "1 hour"]
+    python -m jobs.demo_job [--rows 20000] [--seed 42] [--window 1h]
                             [--master local[*]] [--warehouse ./warehouse]
 
 Steps, each printed as it starts: generate the sample into the input table, validate it with
@@ -16,13 +16,14 @@ The aggregation is plain Spark for now (`aggregate_windows`); the Dataflow runne
 from __future__ import annotations
 
 import argparse
-import re
+
 import sys
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.model.time import parse_duration
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -33,22 +34,20 @@ OUTPUT_TABLE = "video_views_by_window"
 OUTPUT_KEYS = ("video_id", "window_start", "window_end")
 DEFAULT_ROWS = 20_000
 DEFAULT_SEED = 42
-DEFAULT_WINDOW = "1 hour"
+DEFAULT_WINDOW = "1h"
 STEPS = 7
-
-_WINDOW = re.compile(r"\s*(\d+)\s*(second|minute|hour|day)s?\s*", re.IGNORECASE)
 
 
 def parse_window(text: str) -> str:
-    """A fixed window size like '1 hour' or '10 minutes', normalised for Spark's `window()`."""
-    match = _WINDOW.fullmatch(text or "")
-    if not match or int(match.group(1)) < 1:
-        raise DataflowError(
-            f"invalid --window {text!r}: give a positive whole number and a unit "
-            "(second, minute, hour, day), e.g. '1 hour' or '10 minutes'"
-        )
-    count, unit = int(match.group(1)), match.group(2).lower()
-    return f"{count} {unit}{'s' if count != 1 else ''}"
+    """A window size in the model's duration syntax (`30s`, `10m`, `1h`, `1d`), as the
+    interval Spark's `window()` takes."""
+    try:
+        size = parse_duration(text)
+    except ValueError as exc:
+        raise DataflowError(f"invalid --window {text!r}: {exc}") from None
+    if size <= 0:
+        raise DataflowError(f"invalid --window {text!r}: the window size must be positive")
+    return f"{size} milliseconds"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -208,7 +207,7 @@ def _run(args: argparse.Namespace) -> int:
     n_unique = unique.count()
     step.detail(f"{n_accepted - n_unique:,} duplicates removed, {n_unique:,} unique events")
 
-    step(f"count views per video in fixed {window} event-time windows, MERGE into {OUTPUT_TABLE}")
+    step(f"count views per video in fixed {args.window} event-time windows, MERGE into {OUTPUT_TABLE}")
     stats = aggregate_windows(unique, window).cache()
     n_windows = stats.count()
     result = merge_upsert(spark, stats, OUTPUT_TABLE, keys=list(OUTPUT_KEYS))

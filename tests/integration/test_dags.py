@@ -144,7 +144,7 @@ def test_dags_test_runs_the_demo_job_into_delta(airflow_home, tmp_path):
     warehouse = tmp_path / "warehouse"
     env_warehouse = tmp_path / "env-warehouse"  # what the run must NOT use: conf wins
     conf = {
-        "rows": 2000, "seed": 7, "window": "30 minutes", "master": "local[2]",
+        "rows": 2000, "seed": 7, "window": "30m", "master": "local[2]",
         "warehouse": str(warehouse),
     }
     env = _airflow_env(airflow_home, DATAFLOW_WAREHOUSE=str(env_warehouse))

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from dataflow_core.errors import DataflowError
 from dataflow_core.sample import SampleConfig, generate_events
 from dataflow_core.spark.tables import read_table
 from jobs import demo_job
@@ -64,7 +65,7 @@ def _table_windows(spark) -> dict[tuple[str, int], tuple[int, float, int]]:
 def test_demo_job_twice_is_idempotent_and_matches_a_direct_recomputation(
     spark, demo_warehouse, capsys
 ):
-    argv = ["--rows", str(ROWS), "--seed", str(SEED), "--window", "1 hour",
+    argv = ["--rows", str(ROWS), "--seed", str(SEED), "--window", "1h",
             "--master", "local[2]", "--warehouse", str(demo_warehouse)]
 
     assert demo_job.main(argv) == 0
@@ -110,7 +111,13 @@ def test_demo_job_refuses_a_bad_window_by_name(capsys):
     assert "--window" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("text", "normal"), [("1 hour", "1 hour"), ("10 minutes", "10 minutes"),
-                                              ("2 HOURS", "2 hours"), ("1 days", "1 day")])
-def test_window_sizes_are_normalised(text, normal):
-    assert demo_job.parse_window(text) == normal
+@pytest.mark.parametrize(("text", "interval"), [("1h", "3600000 milliseconds"), ("10m", "600000 milliseconds"),
+                                                ("90s", "90000 milliseconds"), ("1d", "86400000 milliseconds")])
+def test_window_sizes_use_the_model_duration_syntax(text, interval):
+    assert demo_job.parse_window(text) == interval
+
+
+@pytest.mark.parametrize("text", ["1 hour", "0m", "-1h", "1.5h"])
+def test_window_sizes_outside_the_syntax_are_refused(text):
+    with pytest.raises(DataflowError, match="invalid --window"):
+        demo_job.parse_window(text)
