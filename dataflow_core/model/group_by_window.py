@@ -185,7 +185,7 @@ class KeyedWindowSet:
             times.append(s.gc_time(ws.window))
             if ws.event_timer is not None:
                 times.append(ws.event_timer)
-            if not ws.closed and ws.window.end > watermark:
+            if ws.window.end > watermark:  # closed windows too: they may owe an on-time pane
                 times.append(ws.window.end)
         return min(times, default=None)
 

@@ -1,0 +1,41 @@
+"""KeyedWindowSet details that the scenarios reach only in combination."""
+
+from __future__ import annotations
+
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.combiners import SumFn
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.model.triggers import AfterCount
+from dataflow_core.model.windows import Sessions
+from dataflow_core.runners.reference import ReferenceRunner
+
+S = 1000
+
+
+def test_closed_session_owes_its_on_time_pane_until_collected_later():
+    """A closed session that merged in unemitted data: the watermark passes its end (no
+    trigger may fire) and garbage collection comes later; its final pane is ON_TIME."""
+    strategy = WindowingStrategy(window_fn=Sessions(10 * S), trigger=AfterCount(2),
+                                 accumulation=AccumulationMode.ACCUMULATING,
+                                 allowed_lateness=1000 * S, combiner=SumFn())
+    runner = ReferenceRunner(strategy, 0)
+    runner.advance_processing_time(1 * S)
+    fired = runner.add([("k", 1, 0), ("k", 2, 5 * S)])  # [0, 15s) fires and closes
+    assert [(p.value, p.last) for p in fired] == [(3, True)]
+    runner.add([("k", 4, 20 * S)])  # [20s, 30s) open, one element waiting
+    assert runner.add([("k", 8, 12 * S)]) == []  # [12s, 22s) bridges both: closed, the 8 is dropped
+    assert runner.dropped == 1
+    assert runner.advance_watermark(100 * S) == []  # past the end, nothing may fire
+    final = runner.advance_watermark(END_OF_TIME)
+    assert [(p.value, p.timing.value, p.last) for p in final] == [(7, "ON_TIME", True)]
+
+
+def test_keys_are_woken_only_when_the_watermark_reaches_their_windows():
+    strategy = WindowingStrategy(window_fn=Sessions(10 * S), combiner=SumFn())
+    runner = ReferenceRunner(strategy, 0)
+    runner.add([("early", 1, 0), ("late", 1, 100 * S)])
+    first = runner.advance_watermark(50 * S)
+    assert [(p.key, p.value) for p in first] == [("early", 1)]
+    second = runner.advance_watermark(200 * S)
+    assert [(p.key, p.value) for p in second] == [("late", 1)]
