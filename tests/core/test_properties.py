@@ -11,13 +11,18 @@ from hypothesis import strategies as st
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import SumFn
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.model.time import parse_duration
+from dataflow_core.model.time import END_OF_TIME, parse_duration
 from dataflow_core.model.triggers import (
     AfterCount,
+    AfterEach,
+    AfterFirst,
+    AfterPercentileWatermark,
     AfterProcessingTime,
     AfterWatermark,
     AlignedProcessingTime,
     Default,
+    Never,
+    OrFinally,
     Repeatedly,
 )
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows, merge_overlapping
@@ -161,3 +166,41 @@ def test_sessions_do_not_depend_on_order_within_a_bundle(history, trigger, mode,
     key = lambda p: (p.key, p.window, p.value, p.index, p.timing, p.on_time_index, p.last, p.retraction, p.emitted_at)
     assert Counter(map(key, a)) == Counter(map(key, b))
     assert ra.dropped == rb.dropped
+
+
+class BruteForceRunner(ReferenceRunner):
+    """Asks every key at every step instead of keeping heaps of timers and deadlines: slow,
+    obviously complete, and so an oracle for the reference runner's scheduling."""
+
+    def next_timer(self):
+        return min((t for ks in self.keys.values() if (t := ks.next_processing_timer()) is not None), default=None)
+
+    def fire_timers_at(self, t):
+        self.processing_time = t
+        return [p for ks in self.keys.values() for p in ks.fire_processing_timers(t, self.watermark)]
+
+    def advance_watermark(self, to):
+        old, self.watermark = self.watermark, max(self.watermark, min(to, END_OF_TIME))
+        if self.watermark == old:
+            return []
+        return [p for ks in self.keys.values() for p in ks.advance_watermark(old, self.watermark, self.processing_time)]
+
+
+SCHEDULING_TRIGGERS = st.sampled_from(
+    [Default(), AfterCount(2), AfterWatermark(), Never(), AfterPercentileWatermark(0.5),
+     Repeatedly(AfterPercentileWatermark(0.9)),
+     AfterEach(AfterProcessingTime(parse_duration("30s")), AfterWatermark(late=AfterCount(2))),
+     AfterFirst(AfterCount(3), AlignedProcessingTime(parse_duration("1m"))),
+     OrFinally(Repeatedly(AfterProcessingTime(parse_duration("20s"))), AfterWatermark())]
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(histories(keys=("a", "b", "c", "d", "e")), WINDOWS, SCHEDULING_TRIGGERS,
+       st.sampled_from(list(AccumulationMode)), LATENESS)
+def test_runner_scheduling_equals_asking_every_key(history, window_fn, trigger, mode, lateness):
+    s = strategy(window_fn, trigger, mode, lateness)
+    fast, slow = ReferenceRunner(s, START), BruteForceRunner(s, START)
+    key = lambda p: (p.key, p.window, p.value, p.index, p.timing, p.on_time_index, p.last, p.retraction, p.emitted_at)
+    assert Counter(map(key, run(fast, history))) == Counter(map(key, run(slow, history)))
+    assert fast.dropped == slow.dropped
