@@ -16,16 +16,6 @@ from tests.conformance.replaying import assert_replays_exactly
 EXTRA_DIR = Path(__file__).parent / "extra"
 EXTRA = sorted(EXTRA_DIR.glob("*.yaml"))
 
-# Scenarios on which the reference runner still disagrees with FORMAT.md: name -> the rule and why.
-KNOWN_DISAGREEMENTS: dict[str, str] = {}
-
-
-def _param(path: Path):
-    reason = KNOWN_DISAGREEMENTS.get(path.stem)
-    marks = [pytest.mark.xfail(strict=True, reason=reason)] if reason else []
-    return pytest.param(path, id=path.stem, marks=marks)
-
-
 def test_extra_cases_are_present():
     assert len(EXTRA) >= 15
 
@@ -42,6 +32,6 @@ def test_extra_cases_are_described_and_uniquely_named():
     assert len(names) == len(set(names)), "scenario names must be unique"
 
 
-@pytest.mark.parametrize("path", [_param(p) for p in EXTRA])
+@pytest.mark.parametrize("path", EXTRA, ids=[p.stem for p in EXTRA])
 def test_extra_case_replays_exactly(path: Path):
     assert_replays_exactly(path)
