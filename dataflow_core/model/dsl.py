@@ -201,6 +201,10 @@ _VARIADIC: dict[str, Callable[..., t.Trigger]] = {
 }
 
 
+# FORMAT.md's table writes `AfterCount(n)` and `AfterProcessingTime(d)`: accept those names.
+_ALIASES = {"n": "count", "d": "delay"}
+
+
 def _build(node: Any, table: dict[str, _Spec], kind: str, variadic: dict[str, Callable[..., Any]]) -> Any:
     if not isinstance(node, _Call):
         return node
@@ -215,7 +219,8 @@ def _build(node: Any, table: dict[str, _Spec], kind: str, variadic: dict[str, Ca
         raise ExpressionError(f"unknown {kind} {node.name!r} (known: {known})")
     positional, keywords, builder = table[node.name]
     args = [_build(a, table, kind, variadic) for a in node.args]
-    kwargs = {k: _build(v, table, kind, variadic) for k, v in node.kwargs}
+    kwargs = {_ALIASES.get(k, k) if _ALIASES.get(k) in positional else k: _build(v, table, kind, variadic)
+              for k, v in node.kwargs}
     allowed = set(positional) | set(keywords)
     for k in kwargs:
         if k not in allowed:

@@ -178,3 +178,10 @@ def test_expression_error_is_a_value_error_and_quotes_the_expression():
         parse_trigger("AfterCount(3")
     assert isinstance(err.value, ExpressionError)
     assert "'AfterCount(3'" in str(err.value)
+
+
+def test_format_md_parameter_names_work_as_keywords():
+    assert parse_trigger("AfterCount(n=2)") == parse_trigger("AfterCount(2)")
+    assert parse_trigger("AfterProcessingTime(d=1m)") == parse_trigger("AfterProcessingTime(1m)")
+    with pytest.raises(ExpressionError, match="has no parameter 'd'"):
+        parse_trigger("AfterCount(d=2)")
