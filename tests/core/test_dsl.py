@@ -129,7 +129,7 @@ def test_window_durations_in_every_unit(unit: str, ms: int):
         ("AfterCount(2m)", "AfterCount: expected a whole number"),
         ("AfterCount(1.5)", "AfterCount: expected a whole number"),
         ("AfterCount(1, 2)", r"AfterCount takes 1 positional argument\(s\), got 2"),
-        ("AfterCount(n=2)", "AfterCount has no parameter 'n'"),
+        ("AfterCount(k=2)", "AfterCount has no parameter 'k'"),
         ("AfterProcessingTime(5)", "delay must be a duration"),
         ("AfterProcessingTime(-1s)", "unexpected '-1s"),
         ("AfterWatermark(early=5)", "AfterWatermark: expected a trigger, got 5"),
