@@ -372,13 +372,23 @@ class AfterWatermark(Trigger):
         return f"AfterWatermark({', '.join(args)})"
 
 
-class AfterEach(Trigger):
-    """Each sub-trigger in turn, moving on when one finishes (the paper's SequenceOf)."""
+class _OverSubTriggers(Trigger):
+    """A trigger over a list of sub-triggers, written `Name(T1, T2, ...)`."""
 
     def __init__(self, *triggers: Trigger):
         if not triggers:
-            raise ValueError("AfterEach needs at least one trigger")
+            raise ValueError(f"{type(self).__name__} needs at least one trigger")
         self.children = tuple(triggers)
+
+    def _ready(self, state: TriggerState, ctx: TriggerContext) -> list[bool]:
+        return [c.should_fire(s, ctx) for c, s in zip(self.children, state.children) if not s.finished]
+
+    def describe(self):
+        return f"{type(self).__name__}({', '.join(c.describe() for c in self.children)})"
+
+
+class AfterEach(_OverSubTriggers):
+    """Each sub-trigger in turn, moving on when one finishes (the paper's SequenceOf)."""
 
     def on_element(self, state, ctx, value, timestamp):
         i = state.data.get("i", 0)
@@ -402,50 +412,27 @@ class AfterEach(Trigger):
                 state.data["i"] = i
                 state.finished = True
 
-    def describe(self):
-        return f"AfterEach({', '.join(c.describe() for c in self.children)})"
 
-
-class AfterFirst(Trigger):
+class AfterFirst(_OverSubTriggers):
     """Fires when any sub-trigger fires, then finishes (the paper's FirstOf)."""
 
-    def __init__(self, *triggers: Trigger):
-        if not triggers:
-            raise ValueError("AfterFirst needs at least one trigger")
-        self.children = tuple(triggers)
-
     def should_fire(self, state, ctx):
-        return any(
-            c.should_fire(s, ctx) for c, s in zip(self.children, state.children) if not s.finished
-        )
+        return any(self._ready(state, ctx))
 
     def on_fire(self, state, ctx):
         self._fire_children(state, ctx, only_ready=True)
         state.finished = True
 
-    def describe(self):
-        return f"AfterFirst({', '.join(c.describe() for c in self.children)})"
 
-
-class AfterAll(Trigger):
+class AfterAll(_OverSubTriggers):
     """Fires when every sub-trigger is ready to fire, then finishes."""
 
-    def __init__(self, *triggers: Trigger):
-        if not triggers:
-            raise ValueError("AfterAll needs at least one trigger")
-        self.children = tuple(triggers)
-
     def should_fire(self, state, ctx):
-        return all(
-            c.should_fire(s, ctx) for c, s in zip(self.children, state.children) if not s.finished
-        )
+        return all(self._ready(state, ctx))
 
     def on_fire(self, state, ctx):
         self._fire_children(state, ctx, only_ready=False)
         state.finished = True
-
-    def describe(self):
-        return f"AfterAll({', '.join(c.describe() for c in self.children)})"
 
 
 class OrFinally(Trigger):
