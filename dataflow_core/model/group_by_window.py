@@ -74,6 +74,7 @@ class KeyedWindowSet:
         self.strategy = strategy
         self.windows: dict[Window, WindowState] = {}
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
+        self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
 
     # --- input ------------------------------------------------------------------
 
@@ -82,6 +83,7 @@ class KeyedWindowSet:
         s = self.strategy
         touched: set[Window] = set()
         for el in elements:
+            taken = False
             for w in s.window_fn.assign(AssignContext(self.key, el.value, el.timestamp)):
                 if s.is_late(w, watermark):
                     self.dropped += 1
@@ -90,6 +92,7 @@ class KeyedWindowSet:
                 if ws.closed:
                     self.dropped += 1
                     continue
+                taken = True
                 if el.retraction:
                     ws.acc = s.combiner.retract_input(ws.acc, el.value)
                 else:
@@ -99,6 +102,7 @@ class KeyedWindowSet:
                 ws.ts_max = el.timestamp if ws.ts_max is None else max(ws.ts_max, el.timestamp)
                 s.trigger.on_element(ws.trigger, self._ctx(ws.window, at, watermark), el.value, el.timestamp)
                 touched.add(ws.window)
+            self.dropped_elements += not taken
         panes: list[Pane] = []
         for w in self._ordered(touched):
             ws = self.windows.get(w)

@@ -1,0 +1,304 @@
+"""One key's history, replayed on its own: the unit of work a distributed runner hands to an
+executor.
+
+Keys of one stage never interact, so a runner may split a stage by key, provided every key
+sees the same global clock: the *schedule*, a list of steps, each a processing time and
+the input watermark after it (one small aggregation over all keys, computed before the
+keys run). `run_key` then visits only the steps where something happens to its key (its
+own elements, a processing-time timer coming due, the watermark passing one of its
+deadlines), which is what makes a long arrival-order replay cheap for quiet keys.
+
+Between stages, the downstream watermark is the upstream's input watermark held back by
+each key's pending work (`KeyedWindowSet.output_hold`). Each key reports the spans of
+sub-steps during which its hold is below the input watermark (`HoldSpan`); only those can
+hold the downstream back, and they are few. `downstream_schedule` folds them into the next
+stage's schedule. The result equals `ReferencePipelineRunner`, sub-step for sub-step:
+
+- a step `s` of a stage's schedule is processed as: fire the key's timers due strictly
+  before its time (sub-steps `(*s, 0, t)`), add the key's elements (`(*s, 1, 0)`), move
+  the watermark (`(*s, 2, 0)`);
+- a downstream stage's steps are the upstream's sub-steps, so sequence numbers grow by
+  two integers per stage and compare as tuples.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from dataclasses import dataclass, field
+from typing import Any, Callable, Hashable, Iterable, Sequence
+
+from dataflow_core.model.group_by_window import Element, KeyedWindowSet
+from dataflow_core.model.panes import Pane
+from dataflow_core.model.pipeline import Pipeline
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import END_OF_TIME, Instant
+
+Seq = tuple[int, ...]
+TIMERS, ELEMENTS, WATERMARK = 0, 1, 2  # the phases of a step, in the order they run
+
+
+@dataclass(frozen=True)
+class Step:
+    """A moment of the stage's input: its processing time and the watermark after it."""
+
+    seq: Seq
+    time: Instant
+    watermark: Instant
+
+
+class Schedule:
+    """A stage's steps in order; times and watermarks never decrease along it."""
+
+    def __init__(self, steps: Sequence[Step], start: Instant):
+        self.steps = list(steps)
+        self.start = start
+        self.seqs = [s.seq for s in self.steps]
+        self.times = [s.time for s in self.steps]
+        self.watermarks = [s.watermark for s in self.steps]
+        for a, b in zip(self.steps, self.steps[1:]):
+            if not (a.seq < b.seq and a.time <= b.time and a.watermark <= b.watermark):
+                raise ValueError(f"schedule out of order between {a} and {b}")
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def watermark_through(self, seq: Seq, inclusive: bool = True) -> Instant:
+        """The input watermark after the last step at (or before) `seq`."""
+        i = (bisect.bisect_right if inclusive else bisect.bisect_left)(self.seqs, seq)
+        return self.watermarks[i - 1] if i else self.start
+
+    def first_time_after(self, t: Instant, lo: int) -> int:
+        """Index of the first step at or after `lo` whose time is after `t`."""
+        return bisect.bisect_right(self.times, t, lo)
+
+    def first_watermark_at(self, w: Instant, lo: int) -> int:
+        """Index of the first step at or after `lo` whose watermark reaches `w`."""
+        return bisect.bisect_left(self.watermarks, w, lo)
+
+    def first_watermark_above(self, w: Instant, lo: int) -> int:
+        return bisect.bisect_right(self.watermarks, w, lo)
+
+    def index_after(self, seq: Seq) -> int:
+        return bisect.bisect_right(self.seqs, seq)
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """Elements of one key arriving at one step (`seq`) at processing time `time`."""
+
+    seq: Seq
+    time: Instant
+    elements: tuple[Element, ...]
+
+
+@dataclass(frozen=True)
+class HoldSpan:
+    """Sub-steps `[start, end)` during which a key holds the downstream watermark at `hold`
+    (below the input watermark); `end` None means to the end of the run."""
+
+    start: Seq
+    start_time: Instant
+    end: Seq | None
+    end_time: Instant | None
+    hold: Instant
+
+
+@dataclass
+class KeyResult:
+    panes: list[tuple[Seq, Pane]] = field(default_factory=list)  # (sub-step, pane)
+    holds: list[HoldSpan] = field(default_factory=list)
+    elements: int = 0
+    dropped: int = 0  # elements none of whose windows took them (late, or window closed)
+    state: KeyedWindowSet | None = None
+
+
+def run_key(
+    key: Hashable,
+    strategy: WindowingStrategy,
+    schedule: Schedule,
+    arrivals: Sequence[Arrival],
+    state: KeyedWindowSet | None = None,
+    watermark: Instant | None = None,
+) -> KeyResult:
+    """Replays one key's arrivals against the global schedule (see the module docstring).
+
+    `state` and `watermark` resume a key from an earlier run (micro-batches); by default the
+    key starts empty at the schedule's start.
+    """
+    ks = state if state is not None else KeyedWindowSet(key, strategy)
+    wm = schedule.start if watermark is None else watermark
+    out = KeyResult(state=ks)
+    arrivals = sorted(arrivals, key=lambda a: a.seq)
+    holds = _HoldTracker(schedule, out.holds)
+    i = 0  # next arrival
+    j = 0  # next schedule step not yet visited
+    while True:
+        candidates: list[tuple[Seq, int]] = []  # (seq, schedule index or -1)
+        if i < len(arrivals):
+            candidates.append((arrivals[i].seq, -1))
+        if (t := ks.next_processing_timer()) is not None:
+            k = schedule.first_time_after(t, j)
+            if k < len(schedule):
+                candidates.append((schedule.seqs[k], k))
+        if (d := ks.next_watermark_deadline(wm)) is not None:
+            k = schedule.first_watermark_at(d, j)
+            if k < len(schedule):
+                candidates.append((schedule.seqs[k], k))
+        if not candidates:
+            break
+        seq = min(candidates)[0]
+        k = schedule.index_after(seq) - 1
+        on_schedule = k >= 0 and schedule.seqs[k] == seq
+        arrival = arrivals[i] if i < len(arrivals) and arrivals[i].seq == seq else None
+        time = schedule.times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
+        new_wm = schedule.watermarks[k] if k >= 0 else schedule.start
+        # Steps skipped since the key's last visit had nothing due for it (no deadline at or
+        # below their watermarks), so it simply stands at the watermark before this step.
+        wm = max(wm, schedule.watermark_through(seq, inclusive=False))
+        while (t := ks.next_processing_timer()) is not None and t < time:
+            sub = (*seq, TIMERS, t)
+            out.panes += [(sub, p) for p in ks.fire_processing_timers(t, wm)]
+            holds.observe(sub, t, ks.output_hold(wm), wm)
+        if arrival is not None:
+            before = ks.dropped_elements
+            sub = (*seq, ELEMENTS, 0)
+            out.panes += [(sub, p) for p in ks.add_bundle(arrival.elements, time, wm)]
+            out.elements += len(arrival.elements)
+            out.dropped += ks.dropped_elements - before
+            holds.observe(sub, time, ks.output_hold(wm), wm)
+            i += 1
+        if new_wm > wm:
+            sub = (*seq, WATERMARK, 0)
+            out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
+            wm = new_wm
+            holds.observe(sub, time, ks.output_hold(wm), wm)
+        j = max(j, k + 1)
+    holds.close()
+    return out
+
+
+class _HoldTracker:
+    """Turns a key's hold after each sub-step into the spans where it is below the input
+    watermark (the only spans that can hold a downstream stage back)."""
+
+    def __init__(self, schedule: Schedule, spans: list[HoldSpan]):
+        self.schedule = schedule
+        self.spans = spans
+        self.current: tuple[Seq, Instant, Instant, Instant] | None = None  # since, time, hold, wm
+
+    def observe(self, sub: Seq, time: Instant, hold: Instant, wm: Instant) -> None:
+        if self.current is not None and self.current[2] == hold:
+            return
+        self._flush(sub, time)
+        self.current = (sub, time, hold, wm) if hold < END_OF_TIME else None
+
+    def close(self) -> None:
+        self._flush(None, None)
+
+    def _flush(self, end: Seq | None, end_time: Instant | None) -> None:
+        if self.current is None:
+            return
+        since, time, hold, wm = self.current
+        self.current = None
+        if hold >= wm:  # not below yet: from the first step whose watermark passes it
+            step, phase = since[:-2], since[-2]
+            lo = (bisect.bisect_right if phase == WATERMARK else bisect.bisect_left)(self.schedule.seqs, step)
+            k = self.schedule.first_watermark_above(hold, lo)
+            if k >= len(self.schedule):
+                return
+            since, time = (*self.schedule.seqs[k], WATERMARK, 0), self.schedule.times[k]
+        if end is None or since < end:
+            self.spans.append(HoldSpan(since, time, end, end_time, hold))
+
+
+def downstream_schedule(schedule: Schedule, spans: Iterable[HoldSpan]) -> Schedule:
+    """The next stage's schedule: this stage's input watermark held back by its keys' hold
+    spans, as a step at every sub-step where that changes, plus a step at each of this
+    stage's watermark sub-steps (so downstream timers see the clock move)."""
+    times: dict[Seq, Instant] = {(*s.seq, WATERMARK, 0): s.time for s in schedule.steps}
+    clock = set(times)
+    starts: dict[Seq, list[Instant]] = {}
+    ends: dict[Seq, list[Instant]] = {}
+    for span in spans:
+        times.setdefault(span.start, span.start_time)
+        starts.setdefault(span.start, []).append(span.hold)
+        if span.end is not None:
+            times.setdefault(span.end, span.end_time)  # type: ignore[arg-type]
+            ends.setdefault(span.end, []).append(span.hold)
+    active: list[Instant] = []  # a heap with lazy removal
+    removed: dict[Instant, int] = {}
+    steps: list[Step] = []
+    out = schedule.start
+    for seq in sorted(times):
+        for h in ends.get(seq, ()):
+            removed[h] = removed.get(h, 0) + 1
+        for h in starts.get(seq, ()):
+            heapq.heappush(active, h)
+        while active and removed.get(active[0], 0):
+            removed[active[0]] -= 1
+            heapq.heappop(active)
+        wm_in = schedule.watermark_through(seq[:-2], inclusive=seq[-2] == WATERMARK)
+        held = min(wm_in, active[0]) if active else wm_in
+        if held > out or seq in clock:
+            out = max(out, held)
+            steps.append(Step(seq, times[seq], out))
+    return Schedule(steps, schedule.start)
+
+
+# --- a whole pipeline, key by key, in one process ----------------------------------------
+
+
+@dataclass
+class StageRun:
+    panes: list[tuple[Seq, Pane]]
+    schedule: Schedule
+    elements: int
+    dropped: int
+    states: dict[Hashable, KeyedWindowSet]
+
+
+def run_stage(
+    strategy: WindowingStrategy, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]]
+) -> tuple[StageRun, list[HoldSpan]]:
+    """Every key of one stage through `run_key` (what an executor does for its keys)."""
+    panes: list[tuple[Seq, Pane]] = []
+    spans: list[HoldSpan] = []
+    elements = dropped = 0
+    states = {}
+    for key, key_arrivals in arrivals.items():
+        r = run_key(key, strategy, schedule, key_arrivals)
+        panes += r.panes
+        spans += r.holds
+        elements += r.elements
+        dropped += r.dropped
+        states[key] = r.state
+    return StageRun(panes, schedule, elements, dropped, states), spans
+
+
+def arrivals_from_panes(
+    panes: Iterable[tuple[Seq, Pane]], mapper: Callable[[Pane], Iterable[tuple[Hashable, Any]]]
+) -> dict[Hashable, list[Arrival]]:
+    """A downstream stage's input: each upstream pane mapped to elements at its sub-step."""
+    grouped: dict[Hashable, dict[Seq, tuple[Instant, list[Element]]]] = {}
+    for seq, pane in panes:
+        for key, value in mapper(pane):
+            slot = grouped.setdefault(key, {}).setdefault(seq, (pane.emitted_at, []))
+            slot[1].append(Element(value, pane.timestamp, pane.retraction))
+    return {
+        key: [Arrival(seq, t, tuple(els)) for seq, (t, els) in sorted(by_seq.items())]
+        for key, by_seq in grouped.items()
+    }
+
+
+def run_pipeline(pipeline: Pipeline, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]]) -> list[StageRun]:
+    """All stages, each split by key, chained through `downstream_schedule`."""
+    runs: list[StageRun] = []
+    for n, stage in enumerate(pipeline.stages):
+        if n:
+            up = runs[-1]
+            arrivals = arrivals_from_panes(up.panes, stage.from_upstream)  # type: ignore[arg-type]
+            schedule = downstream_schedule(up.schedule, spans)
+        run, spans = run_stage(stage.strategy, schedule, arrivals)
+        runs.append(run)
+    return runs
