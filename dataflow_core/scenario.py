@@ -210,7 +210,10 @@ def replay_local(scenario: Scenario) -> ReplayResult:
     return ReplayResult(panes, runner.dropped, runner.elements_in)
 
 
-RUNNERS: dict[str, str] = {"local": "dataflow_core.scenario:replay_local"}
+RUNNERS: dict[str, str] = {
+    "local": "dataflow_core.scenario:replay_local",
+    "spark": "dataflow_core.spark.scenario_runner:replay_spark",
+}
 """Runner name -> "module:function" taking a Scenario and returning a ReplayResult."""
 
 

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from dataflow_core.model.time import END_OF_TIME, Duration, Instant
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration
 
 BEGINNING_OF_TIME: Instant = -END_OF_TIME
 
@@ -43,6 +43,14 @@ class WatermarkEstimator(ABC):
     @abstractmethod
     def estimate(self, progress: Progress) -> Instant | None:
         """This batch's guess, or None for no opinion (the watermark stays put)."""
+
+    def describe(self) -> str:
+        """How users would write this estimator (listed by `dataflow pipelines`)."""
+        params = {k: v for k, v in vars(self).items() if k not in ("watermark", "max_seen")}
+        shown = ", ".join(
+            f"{k}={format_duration(v) if k == 'bound' else repr(v)}" for k, v in params.items()
+        )
+        return f"{type(self).__name__}({shown})"
 
     def update(self, progress: Progress) -> Instant:
         guess = self.estimate(progress)

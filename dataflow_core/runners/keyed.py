@@ -110,6 +110,7 @@ class KeyResult:
     holds: list[HoldSpan] = field(default_factory=list)
     elements: int = 0
     dropped: int = 0  # elements none of whose windows took them (late, or window closed)
+    dropped_windows: int = 0  # element-window pairs dropped (what scenarios count)
     state: KeyedWindowSet | None = None
 
 
@@ -161,11 +162,12 @@ def run_key(
             out.panes += [(sub, p) for p in ks.fire_processing_timers(t, wm)]
             holds.observe(sub, t, ks.output_hold(wm), wm)
         if arrival is not None:
-            before = ks.dropped_elements
+            before, before_pairs = ks.dropped_elements, ks.dropped
             sub = (*seq, ELEMENTS, 0)
             out.panes += [(sub, p) for p in ks.add_bundle(arrival.elements, time, wm)]
             out.elements += len(arrival.elements)
             out.dropped += ks.dropped_elements - before
+            out.dropped_windows += ks.dropped - before_pairs
             holds.observe(sub, time, ks.output_hold(wm), wm)
             i += 1
         if new_wm > wm:

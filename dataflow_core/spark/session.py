@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,6 +66,9 @@ def get_spark(
         return active
 
     check_java()
+    # Executors run the model in Python (grouped by key, on Arrow batches): by default with
+    # this interpreter, whose environment has pyarrow and the project installed.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     master = resolve_master(master)
     root = resolve_warehouse(warehouse)
     local = master.startswith("local")

@@ -1,0 +1,8 @@
+"""Pipelines as users define them: an input Delta table, how its columns become the model's
+elements, and one or more stages. Definitions live in the top-level `pipelines/` package
+(one module per pipeline, each calling `register`); `registry` finds them by name."""
+
+from dataflow_core.pipelines.spec import PipelineSpec, StageSpec
+from dataflow_core.pipelines.registry import all_pipelines, get, register
+
+__all__ = ["PipelineSpec", "StageSpec", "all_pipelines", "get", "register"]

@@ -1,0 +1,52 @@
+"""Pipelines by name. Modules of the top-level `pipelines` package register theirs on
+import; `$DATAFLOW_PIPELINES` names further modules (comma-separated) to import."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pkgutil
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines.spec import PipelineSpec
+
+PIPELINES_ENV = "DATAFLOW_PIPELINES"
+_REGISTRY: dict[str, PipelineSpec] = {}
+_loaded = False
+
+
+def register(spec: PipelineSpec) -> PipelineSpec:
+    existing = _REGISTRY.get(spec.name)
+    if existing is not None and existing is not spec and existing != spec:
+        raise DataflowError(f"two pipelines are named {spec.name!r}; pipeline names must be unique")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import pipelines
+
+    for info in pkgutil.iter_modules(pipelines.__path__):
+        importlib.import_module(f"pipelines.{info.name}")
+    for name in filter(None, (m.strip() for m in os.environ.get(PIPELINES_ENV, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise DataflowError(f"${PIPELINES_ENV} names module {name!r}, which cannot be imported: {exc}") from None
+
+
+def all_pipelines() -> dict[str, PipelineSpec]:
+    _load()
+    return dict(sorted(_REGISTRY.items()))
+
+
+def get(name: str) -> PipelineSpec:
+    pipelines = all_pipelines()
+    if name not in pipelines:
+        known = ", ".join(pipelines) or "none"
+        raise DataflowError(f"unknown pipeline {name!r} (registered: {known})")
+    return pipelines[name]
