@@ -1,0 +1,326 @@
+"""A diagram's history from the Delta tables of a real run.
+
+Three tables describe a run of one pipeline stage:
+
+- its input: the pipeline's input table (stage 0) with `event_time`, `ingest_time` and the
+  key columns, or the upstream stage's pane log (later stages: a pane's `timestamp` is the
+  element's event time and its `emitted_at` the arrival);
+- its pane log `<output>_panes`: key columns, `window_start`, `window_end` (null for the
+  global window), `value`, `timestamp`, `timing`, `pane_index`, `on_time_index`,
+  `is_first`, `is_last`, `is_retraction`, `emitted_at`, `run_id`, `pane_id`;
+- the watermark record `dataflow_watermarks`: `pipeline`, `stage`, `run_id`, `step`,
+  `processing_time`, `watermark`.
+
+`history_from_frames` turns pandas frames of these (already narrowed or not) into a
+`History` and is pure; `read_history` reads the frames with Spark (imported there, not at
+module level) for one key and event-time range.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Any, Hashable, Sequence
+
+from dataflow_core.diagram.history import ElementRecord, History, monotone_steps
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.time import Instant, format_instant
+from dataflow_core.model.windows import GLOBAL_WINDOW, IntervalWindow
+
+WATERMARK_TABLE = "dataflow_watermarks"
+PANE_COLUMNS = (
+    "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
+    "is_first", "is_last", "is_retraction", "emitted_at",
+)
+
+
+def parse_key(text: str, key_columns: Sequence[str]) -> dict[str, str]:
+    """`--key` text -> {column: value as text}.
+
+    One key column: the value itself (`--key ad_7`). Several: `col=value,col=value` or the
+    values in key-column order separated by commas (`--key u1,ad_7`).
+    """
+    columns = list(key_columns)
+    if not columns:
+        raise DataflowError("this stage has no key columns, so --key cannot choose one")
+    if len(columns) == 1:
+        name = columns[0]
+        prefix = f"{name}="
+        return {name: text[len(prefix):] if text.startswith(prefix) else text}
+    parts = [p.strip() for p in text.split(",")]
+    if all("=" in p for p in parts):
+        pairs = dict(p.split("=", 1) for p in parts)
+        unknown = set(pairs) - set(columns)
+        if unknown or set(pairs) != set(columns):
+            raise DataflowError(
+                f"--key {text!r}: give every key column ({', '.join(columns)}) as column=value, comma-separated"
+            )
+        return {c: pairs[c] for c in columns}
+    if len(parts) != len(columns) or any("=" in p for p in parts):
+        raise DataflowError(
+            f"--key {text!r}: this stage is keyed by {len(columns)} columns ({', '.join(columns)}); "
+            f"give {', '.join(c + '=...' for c in columns)}"
+        )
+    return dict(zip(columns, parts))
+
+
+def key_label(key: dict[str, str]) -> Hashable:
+    return next(iter(key.values())) if len(key) == 1 else ", ".join(f"{c}={v}" for c, v in key.items())
+
+
+def to_ms(value: Any) -> Instant | None:
+    """A timestamp cell (pandas Timestamp, datetime, numpy datetime64 or ms integer) -> ms.
+
+    Naive timestamps are taken as UTC. Null, NaN and NaT give None.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise DataflowError(f"not a timestamp: {value!r}")
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        return int(value)
+    if isinstance(value, int):
+        return value
+    try:
+        import pandas as pd
+
+        if value is pd.NaT or (not isinstance(value, (str, bytes)) and pd.isna(value)):
+            return None
+        stamp = pd.Timestamp(value)
+    except (TypeError, ValueError):
+        raise DataflowError(f"not a timestamp: {value!r}") from None
+    if stamp.tzinfo is None:
+        stamp = stamp.tz_localize("UTC")
+    return int(stamp.value // 1_000_000)
+
+
+def _matches(row: Any, key: dict[str, str]) -> bool:
+    return all(_text(row[c]) == v for c, v in key.items())
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, float) and v.is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def _null(v: Any) -> bool:
+    if v is None:
+        return True
+    try:
+        import pandas as pd
+
+        return bool(pd.isna(v)) if not isinstance(v, (list, tuple, dict)) else False
+    except (TypeError, ValueError):
+        return False
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars -> Python values, so labels and comparisons behave as for scenarios."""
+    if hasattr(v, "item") and not isinstance(v, (list, tuple, dict, str, bytes)):
+        try:
+            return v.item()
+        except (ValueError, AttributeError):
+            return v
+    if hasattr(v, "tolist"):
+        return v.tolist()
+    return v
+
+
+def _check_columns(frame: Any, needed: Sequence[str], what: str) -> None:
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise DataflowError(f"{what} has no column(s) {', '.join(missing)} (it has: {', '.join(map(str, frame.columns))})")
+
+
+def history_from_frames(
+    *,
+    elements: Any,
+    panes: Any,
+    watermarks: Any,
+    key: dict[str, str],
+    event_from: Instant,
+    event_to: Instant,
+    element_time: str = "event_time",
+    element_arrival: str = "ingest_time",
+    element_value: str | None = None,
+    run_id: str | None = None,
+    title: str = "",
+    subtitle: str = "",
+) -> History:
+    """Pandas frames of a run's tables -> the `History` of one key over [event_from, event_to).
+
+    `elements`: rows with the key columns, `element_time` and `element_arrival` (and
+    `element_value` if given); `panes`: the pane log; `watermarks`: the watermark steps of
+    the stage (`processing_time`, `watermark`; other columns ignored). Elements are kept if
+    their event time is in the range; panes if their window overlaps it (the global window
+    always does). With `run_id`, only that run's panes and watermark steps are kept.
+    """
+    if event_to <= event_from:
+        raise DataflowError(
+            f"empty event-time range: --to {format_instant(event_to)} is not after --from {format_instant(event_from)}"
+        )
+    label = key_label(key)
+    _check_columns(elements, [*key, element_time, element_arrival] + ([element_value] if element_value else []), "the input")
+    _check_columns(panes, [*key, *PANE_COLUMNS], "the pane log")
+    _check_columns(watermarks, ["processing_time", "watermark"], "the watermark record")
+
+    records = []
+    for row in elements.to_dict("records"):
+        if not _matches(row, key):
+            continue
+        t, arrival = to_ms(row[element_time]), to_ms(row[element_arrival])
+        if t is None or arrival is None or not event_from <= t < event_to:
+            continue
+        value = _plain(row[element_value]) if element_value else None
+        records.append(ElementRecord(label, None if _null(value) else value, t, arrival))
+    records.sort(key=lambda e: (e.arrival, e.event_time))
+
+    out = []
+    for row in panes.to_dict("records"):
+        if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
+            continue
+        start, end = to_ms(row["window_start"]), to_ms(row["window_end"])
+        if end is None:
+            window: Any = GLOBAL_WINDOW
+        else:
+            if start is None or end <= start:
+                raise DataflowError(f"the pane log has a window with a bad start: {row['window_start']!r}")
+            if end <= event_from or start >= event_to:
+                continue
+            window = IntervalWindow(start, end)
+        timing = str(row["timing"])
+        try:
+            pane_timing = PaneTiming(timing)
+        except ValueError:
+            raise DataflowError(f"the pane log has an unknown timing {timing!r} (EARLY, ON_TIME or LATE)") from None
+        emitted = to_ms(row["emitted_at"])
+        if emitted is None:
+            raise DataflowError("the pane log has a pane without emitted_at")
+        stamp = to_ms(row["timestamp"])
+        on_time = row["on_time_index"]
+        value = _plain(row["value"])
+        out.append(
+            Pane(
+                key=label,
+                window=window,
+                value=None if _null(value) else value,
+                timestamp=stamp if stamp is not None else window.max_timestamp,
+                timing=pane_timing,
+                index=int(row["pane_index"]),
+                on_time_index=None if _null(on_time) else int(on_time),
+                first=bool(row["is_first"]),
+                last=bool(row["is_last"]),
+                emitted_at=emitted,
+                retraction=bool(row["is_retraction"]),
+            )
+        )
+    out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
+
+    points = []
+    for row in watermarks.to_dict("records"):
+        if run_id is not None and "run_id" in row and row["run_id"] != run_id:
+            continue
+        t, wm = to_ms(row["processing_time"]), to_ms(row["watermark"])
+        if t is not None and wm is not None:
+            points.append((t, wm))
+    if not records and not out:
+        raise DataflowError(
+            f"unknown key {label!r}: no input rows and no panes for it between "
+            f"{format_instant(event_from)} and {format_instant(event_to)}"
+        )
+    return History(records, monotone_steps(points), out, title, subtitle)
+
+
+# --- reading the tables with Spark -----------------------------------------------------------
+
+
+def _stage(spec: Any, stage: str | None) -> tuple[int, Any]:
+    stages = list(getattr(spec, "stages", []))
+    if not stages:
+        raise DataflowError(f"pipeline {getattr(spec, 'name', '?')!r} has no stages")
+    if stage is None:
+        return 0, stages[0]
+    for i, s in enumerate(stages):
+        if stage in (str(i), getattr(s, "name", None), getattr(s, "output", None)):
+            return i, s
+    names = [str(getattr(s, "name", None) or getattr(s, "output", i)) for i, s in enumerate(stages)]
+    raise DataflowError(f"unknown stage {stage!r} (stages: {', '.join(names)}, or their numbers from 0)")
+
+
+def read_history(
+    spark: Any,
+    spec: Any,
+    pipeline: str,
+    key_text: str,
+    event_from: Instant,
+    event_to: Instant,
+    stage: str | None = None,
+    run_id: str | None = None,
+) -> History:
+    """Reads one key's slice of a real run's tables with Spark and builds its history."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.utils import AnalysisException
+
+    index, st = _stage(spec, stage)
+    key_columns = list(getattr(st, "key_columns", []))
+    key = parse_key(key_text, key_columns)
+    lo = dt.datetime.fromtimestamp(event_from / 1000, dt.timezone.utc).replace(tzinfo=None)
+    hi = dt.datetime.fromtimestamp(event_to / 1000, dt.timezone.utc).replace(tzinfo=None)
+
+    def ms(column: str) -> Any:
+        return F.expr(f"unix_millis(`{column}`)").alias(column)
+
+    def keyed(df: Any) -> Any:
+        for c, v in key.items():
+            df = df.filter(F.col(c).cast("string") == v)
+        return df
+
+    def table(name: str) -> Any:
+        try:
+            return spark.table(name)
+        except AnalysisException:
+            raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)") from None
+
+    pane_table = f"{st.output}_panes"
+    if index == 0:
+        source = table(spec.input_table)
+        _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
+        elements = keyed(source).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
+        elements = elements.select(*key, ms("event_time"), ms("ingest_time"))
+        element_args: dict[str, Any] = {}
+    else:
+        upstream = f"{spec.stages[index - 1].output}_panes"
+        source = table(upstream)
+        _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
+        elements = keyed(source).filter(~F.col("is_retraction"))
+        elements = elements.filter((F.col("timestamp") >= F.lit(lo)) & (F.col("timestamp") < F.lit(hi)))
+        elements = elements.select(*key, ms("timestamp"), ms("emitted_at"), "value")
+        element_args = {"element_time": "timestamp", "element_arrival": "emitted_at", "element_value": "value"}
+
+    panes = keyed(table(pane_table))
+    panes = panes.filter(
+        F.col("window_end").isNull() | ((F.col("window_end") > F.lit(lo)) & (F.col("window_start") < F.lit(hi)))
+    )
+    panes = panes.select(
+        *key, ms("window_start"), ms("window_end"), "value", ms("timestamp"), "timing", "pane_index",
+        "on_time_index", "is_first", "is_last", "is_retraction", ms("emitted_at"), "run_id",
+    )
+    stage_names = {str(index), str(getattr(st, "name", "") or ""), str(st.output)} - {""}
+    marks = table(WATERMARK_TABLE).filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
+    marks = marks.select("run_id", "step", ms("processing_time"), ms("watermark"))
+    return history_from_frames(
+        elements=elements.toPandas(),
+        panes=panes.toPandas(),
+        watermarks=marks.toPandas(),
+        key=key,
+        event_from=event_from,
+        event_to=event_to,
+        run_id=run_id,
+        title=f"{pipeline}: {pane_table}",
+        subtitle=f"key {key_label(key)}, event time {format_instant(event_from)} to {format_instant(event_to)}",
+        **element_args,
+    )
