@@ -6,6 +6,7 @@
 #   make bench  - setup, then every benchmarks/bench_*.py
 #   make airflow       - Airflow standalone (UI on :8080) with the project's DAGs, SQLite DB
 #   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
+#   make docs   - the paper's figures (docs/figures/*.svg) from docs/figures/scenarios/*.yaml
 #   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
 #   make clean  - generated data and caches of tests; `make distclean` also .venv and .cache
 
@@ -22,7 +23,7 @@ LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench airflow airflow-demo lock clean distclean
+.PHONY: setup test demo bench docs airflow airflow-demo lock clean distclean
 
 setup: $(VENV)/.ready
 	@$(PY) -m dataflow_core.spark.jars
@@ -58,6 +59,10 @@ bench: setup
 	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \
 	if [ $${#scripts[@]} -eq 0 ]; then echo "make bench: no benchmarks/bench_*.py found" >&2; exit 1; fi; \
 	for script in "$${scripts[@]}"; do echo "== $$script"; $(PY) "$$script" || exit $$?; done
+
+# The paper's pane diagrams, replayed from the scenarios and drawn by `dataflow diagram`'s code.
+docs: setup
+	$(PY) -m dataflow_core.diagram.figures docs/figures/scenarios docs/figures
 
 # Airflow on this machine: SQLite metadata and the project's dags/ (scripts/airflow-env.sh).
 airflow: setup

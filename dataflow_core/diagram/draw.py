@@ -126,10 +126,12 @@ def draw(history: History, *, event_range: tuple[Instant, Instant] | None = None
         _panel(ax, panel, key, history, (x_lo, x_hi), (y_lo, y_hi))
     title = history.title or "panes"
     if history.subtitle:
-        title += "\n" + history.subtitle
+        import textwrap
+
+        title += "\n" + "\n".join(textwrap.wrap(history.subtitle, 100))
     fig.suptitle(title, fontsize=10)
     _legend(fig)
-    top = 1 - 0.95 / fig.get_figheight()
+    top = 1 - (0.8 + 0.15 * title.count("\n")) / fig.get_figheight()
     bottom = 0.85 / fig.get_figheight()
     fig.subplots_adjust(left=0.1, right=0.97, top=top, bottom=bottom, hspace=0.25)
     return fig
