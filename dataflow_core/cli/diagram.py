@@ -96,7 +96,10 @@ def _from_tables(args: argparse.Namespace):
         raise DataflowError(f"empty event-time range: --to {args.event_to} is not after --from {args.event_from}")
     spec = _pipeline_spec(args.pipeline)
 
-    from dataflow_core.diagram.tables import read_history
+    from dataflow_core.diagram.tables import _stage, parse_key, read_history
+
+    _, stage = _stage(spec, args.stage)  # a bad --stage or --key fails before Spark starts
+    parse_key(args.key[0], getattr(stage, "key_columns", ()))
     from dataflow_core.spark.session import get_spark
 
     kwargs = {k: v for k, v in (("master", args.master), ("warehouse", args.warehouse)) if v}
