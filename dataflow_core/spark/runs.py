@@ -1,0 +1,163 @@
+"""Runs and their ledgers, recorded in Delta so that any reader can audit them.
+
+`dataflow_runs` is append-only: a `started` row when a run begins (with the processing
+time it runs at), a `finished` row with its ledger when it ends. A run that crashed and is
+started again with the same arguments resumes the same run id and processing time, so
+everything it writes gets the same deterministic ids (nothing twice).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.spark.tables import read_table, register_table, table_exists, table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+RUNS_TABLE = "dataflow_runs"
+WATERMARKS_TABLE = "dataflow_watermarks"
+RUNS_SCHEMA = (
+    "run_id string, pipeline string, command string, args string, now timestamp, "
+    "status string, recorded_at timestamp, ledger string"
+)
+WATERMARKS_SCHEMA = (
+    "pipeline string, stage string, run_id string, step bigint, processing_time timestamp, watermark timestamp"
+)
+
+
+@dataclass
+class Ledger:
+    """Where every row of a run went; `balanced` is the contract every run must meet."""
+
+    read: int = 0
+    accepted: int = 0
+    duplicates: int = 0
+    quarantined: int = 0
+    aggregated: int = 0
+    dropped_late: int = 0
+    panes: int = 0
+    retractions: int = 0
+    corrected_windows: int = 0
+    per_stage: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    @property
+    def balanced(self) -> bool:
+        return (
+            self.read == self.accepted + self.duplicates + self.quarantined
+            and self.accepted == self.aggregated + self.dropped_late
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        d = {k: getattr(self, k) for k in (
+            "read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late",
+            "panes", "retractions", "corrected_windows")}
+        d["balanced"] = self.balanced
+        d["per_stage"] = self.per_stage
+        return d
+
+    def lines(self) -> list[str]:
+        ok = "OK" if self.balanced else "MISMATCH"
+        out = [
+            "ledger:",
+            f"  read {self.read:,} = accepted {self.accepted:,} + duplicates {self.duplicates:,}"
+            f" + quarantined {self.quarantined:,}",
+            f"  accepted {self.accepted:,} = aggregated {self.aggregated:,} + dropped as too late"
+            f" {self.dropped_late:,}   {ok}",
+        ]
+        for stage, c in self.per_stage.items():
+            out.append(
+                f"  {stage}: {c.get('panes', 0):,} panes, {c.get('retractions', 0):,} retractions, "
+                f"{c.get('corrected_windows', 0):,} corrected windows"
+            )
+        return out
+
+
+@dataclass
+class Run:
+    run_id: str
+    pipeline: str
+    command: str
+    args: str
+    now: Instant
+    resumed: bool = False
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    ledger: dict[str, Any]
+    now: Instant
+
+    @property
+    def ledger_ok(self) -> bool:
+        return bool(self.ledger.get("balanced"))
+
+
+def _to_ts(ms: Instant) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
+
+
+def start_run(spark: "SparkSession", pipeline: str, command: str, args: dict[str, Any], now: Instant) -> Run:
+    """A new run, or the unfinished one with the same arguments (resumed as it was)."""
+    from pyspark.sql import functions as F
+
+    args_text = json.dumps(args, sort_keys=True)
+    if table_exists(spark, RUNS_TABLE):
+        runs = read_table(spark, RUNS_TABLE).where(
+            (F.col("pipeline") == pipeline) & (F.col("command") == command)
+        )
+        rows = runs.groupBy("run_id").agg(
+            F.max_by("args", "recorded_at").alias("args"),
+            F.min("now").alias("now"),
+            F.max(F.col("status") == "finished").alias("finished"),
+            F.max("recorded_at").alias("at"),
+        ).orderBy(F.col("at").desc()).limit(1).collect()
+        if rows and not rows[0]["finished"] and rows[0]["args"] == args_text:
+            now_ms = int(rows[0]["now"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+            return Run(rows[0]["run_id"], pipeline, command, args_text, now_ms, resumed=True)
+    run = Run(f"{command}-{uuid.uuid4().hex[:12]}", pipeline, command, args_text, now)
+    _append(spark, run, "started", None)
+    return run
+
+
+def finish_run(spark: "SparkSession", run: Run, ledger: Ledger) -> RunResult:
+    _append(spark, run, "finished", json.dumps(ledger.as_dict(), sort_keys=True))
+    return RunResult(run.run_id, ledger.as_dict(), run.now)
+
+
+def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None) -> None:
+    row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
+           dt.datetime.now(dt.timezone.utc), ledger)
+    spark.createDataFrame([row], RUNS_SCHEMA).write.format("delta").mode("append").save(
+        table_path(spark, RUNS_TABLE)
+    )
+    register_table(spark, RUNS_TABLE)
+
+
+def record_watermarks(
+    spark: "SparkSession", run: Run, stage: str, steps: list[tuple[int, Instant, Instant]]
+) -> None:
+    """(step, processing time, watermark) per step; the ends of time are stored as null."""
+    from delta.tables import DeltaTable
+
+    def ts(ms: Instant) -> dt.datetime | None:
+        return None if abs(ms) >= END_OF_TIME - 1 else _to_ts(ms)
+
+    rows = [(run.pipeline, stage, run.run_id, n, ts(t), ts(w)) for n, t, w in steps]
+    df = spark.createDataFrame(rows, WATERMARKS_SCHEMA)
+    path = table_path(spark, WATERMARKS_TABLE)
+    if not table_exists(spark, WATERMARKS_TABLE):
+        df.limit(0).write.format("delta").save(path)
+    (
+        DeltaTable.forPath(spark, path).alias("t")
+        .merge(df.alias("s"), "t.pipeline = s.pipeline AND t.stage = s.stage AND t.run_id = s.run_id AND t.step = s.step")
+        .whenNotMatchedInsertAll()
+        .execute()
+    )
+    register_table(spark, WATERMARKS_TABLE)
