@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -76,6 +77,14 @@ _PREDICATES: dict[str, Callable[[dict[str, Any]], Column]] = {
     "expect_column_values_to_be_between": _between,
     "expect_column_pair_values_a_to_be_greater_than_b": _a_greater_than_b,
 }
+# Expectations about the table as a whole (no row breaks them on its own). Only gate suites
+# (meta.kind "gate") may use them: they fail the gate but quarantine no row.
+_TABLE_LEVEL: dict[str, tuple[str, ...]] = {
+    "expect_column_to_exist": ("column",),
+    "expect_column_values_to_be_of_type": ("column", "type_"),
+    "expect_column_proportion_of_unique_values_to_be_between": ("column",),
+    "expect_table_row_count_to_be_between": (),
+}
 _REQUIRED_KWARGS: dict[str, tuple[str, ...]] = {
     "expect_column_values_to_not_be_null": ("column",),
     "expect_column_values_to_be_in_set": ("column", "value_set"),
@@ -92,6 +101,16 @@ class Rule:
     expectation_type: str
     kwargs: dict[str, Any]
     description: str = ""
+
+    @property
+    def row_level(self) -> bool:
+        """Whether single rows can break it (and are quarantined for it)."""
+        return self.expectation_type in _PREDICATES
+
+    @property
+    def mostly(self) -> float:
+        """The share of rows that must pass for the expectation to succeed (gate suites)."""
+        return float(self.kwargs.get("mostly", 1.0))
 
     def passes(self) -> Column:
         """Spark predicate, true when a row satisfies the rule (never null)."""
@@ -121,9 +140,25 @@ class RuleSet:
     def names(self) -> tuple[str, ...]:
         return tuple(rule.name for rule in self.rules)
 
+    @property
+    def row_rules(self) -> tuple[Rule, ...]:
+        """The rules single rows can break (the ones the quarantine split applies)."""
+        return tuple(rule for rule in self.rules if rule.row_level)
+
+    def plus(self, rules: "RuleSet | list[Rule] | tuple[Rule, ...]", name: str | None = None) -> "RuleSet":
+        """This suite followed by more rules (names must stay unique)."""
+        extra = tuple(rules.rules if isinstance(rules, RuleSet) else rules)
+        clash = sorted(set(self.names) & {r.name for r in extra})
+        if clash:
+            raise DataflowError(f"suite {self.name!r}: rule name(s) {', '.join(clash)} used twice")
+        return RuleSet(name or self.name, self.rules + extra, self.source, dict(self.meta))
+
     def check_columns(self, columns: list[str]) -> None:
-        """Refuse data that lacks a column some rule checks (it would fail obscurely later)."""
-        missing = sorted({c for rule in self.rules for c in rule.columns} - set(columns))
+        """Refuse data that lacks a column some rule checks (it would fail obscurely later).
+        `expect_column_to_exist` is exempt: a missing column is what it reports."""
+        checked = {c for rule in self.rules if rule.expectation_type != "expect_column_to_exist"
+                   for c in rule.columns}
+        missing = sorted(checked - set(columns))
         if missing:
             raise DataflowError(
                 f"suite {self.name!r} checks column(s) {', '.join(missing)} that the data lacks "
@@ -131,8 +166,15 @@ class RuleSet:
             )
 
 
-def load_rules(suite: str = DEFAULT_SUITE, directory: Path | str | None = None) -> RuleSet:
-    """Read `<directory>/<suite>.json` (or a path to a .json file) into checked rules."""
+def load_rules(
+    suite: str = DEFAULT_SUITE,
+    directory: Path | str | None = None,
+    params: dict[str, Any] | None = None,
+) -> RuleSet:
+    """Read `<directory>/<suite>.json` (or a path to a .json file) into checked rules.
+
+    A kwarg value `"${name}"` is replaced by `params[name]` (gate suites use it for
+    pipeline settings such as the allowed skew)."""
     path = Path(suite) if str(suite).endswith(".json") else (
         Path(directory) if directory else expectations_dir()
     ) / f"{suite}.json"
@@ -143,7 +185,37 @@ def load_rules(suite: str = DEFAULT_SUITE, directory: Path | str | None = None) 
     except json.JSONDecodeError as exc:
         raise DataflowError(f"expectation suite file {path}: invalid JSON at line {exc.lineno}: "
                             f"{exc.msg}") from None
+    if params is not None or _has_placeholder(document):
+        document = _substitute(document, params or {}, str(path))
     return rules_from_document(document, source=str(path))
+
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _has_placeholder(value: Any) -> bool:
+    if isinstance(value, str):
+        return bool(_PLACEHOLDER.fullmatch(value))
+    if isinstance(value, dict):
+        return any(_has_placeholder(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_placeholder(v) for v in value)
+    return False
+
+
+def _substitute(value: Any, params: dict[str, Any], source: str) -> Any:
+    if isinstance(value, str):
+        match = _PLACEHOLDER.fullmatch(value)
+        if not match:
+            return value
+        if match.group(1) not in params:
+            raise DataflowError(f"expectation suite {source}: no value for placeholder {value}")
+        return params[match.group(1)]
+    if isinstance(value, dict):
+        return {k: _substitute(v, params, source) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, params, source) for v in value]
+    return value
 
 
 def rules_from_document(document: dict[str, Any], source: str = "<suite>") -> RuleSet:
@@ -151,6 +223,7 @@ def rules_from_document(document: dict[str, Any], source: str = "<suite>") -> Ru
     if not isinstance(document, dict) or not isinstance(document.get("expectations"), list):
         raise DataflowError(f"expectation suite {source}: needs a list under 'expectations'")
     name = document.get("name") or Path(source).stem
+    gate = (document.get("meta") or {}).get("kind") == "gate"
     rules: list[Rule] = []
     for index, item in enumerate(document["expectations"], start=1):
         where = f"expectation suite {source}, expectation #{index}"
@@ -159,17 +232,22 @@ def rules_from_document(document: dict[str, Any], source: str = "<suite>") -> Ru
         etype = item.get("type")
         kwargs = item.get("kwargs") or {}
         rule_name = (item.get("meta") or {}).get("rule")
-        if etype not in _PREDICATES:
+        if etype not in _PREDICATES and not (gate and etype in _TABLE_LEVEL):
+            allowed = sorted(_PREDICATES) + (sorted(_TABLE_LEVEL) if gate else [])
             raise DataflowError(
-                f"{where}: type {etype!r} has no row-level form; use one of "
-                + ", ".join(sorted(_PREDICATES))
+                f"{where}: type {etype!r} has no row-level form; use one of " + ", ".join(allowed)
             )
-        missing = [k for k in _REQUIRED_KWARGS[etype] if k not in kwargs]
+        required = _REQUIRED_KWARGS.get(etype) or _TABLE_LEVEL[etype]
+        missing = [k for k in required if k not in kwargs]
         if missing:
             raise DataflowError(f"{where} ({etype}): kwargs lack {', '.join(missing)}")
-        if kwargs.get("mostly", 1.0) != 1.0:
+        mostly = kwargs.get("mostly", 1.0)
+        if mostly != 1.0 and not gate:
             raise DataflowError(f"{where} ({etype}): 'mostly' is not supported; a row either "
-                                "passes or is quarantined")
+                                "passes or is quarantined (only gate suites, meta.kind \"gate\", "
+                                "may tolerate a share of bad rows)")
+        if not isinstance(mostly, (int, float)) or not 0 < mostly <= 1:
+            raise DataflowError(f"{where} ({etype}): 'mostly' must be a share in (0, 1], got {mostly!r}")
         if not isinstance(rule_name, str) or not rule_name.strip():
             raise DataflowError(f"{where} ({etype}): meta.rule (the quarantine reason tag) is "
                                 "missing")

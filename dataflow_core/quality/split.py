@@ -14,7 +14,9 @@ _FAILED = "_failed_rules"
 
 def failed_rules(rules: RuleSet) -> Column:
     """Array of the names of the rules a row breaks (empty when it passes all)."""
-    tags = [F.when(~rule.passes(), F.lit(rule.name)) for rule in rules.rules]
+    tags = [F.when(~rule.passes(), F.lit(rule.name)) for rule in rules.row_rules]
+    if not tags:
+        return F.array().cast("array<string>")
     return F.filter(F.array(*tags), lambda tag: tag.isNotNull())
 
 

@@ -34,12 +34,19 @@ class ExpectationOutcome:
     success: bool
     element_count: int | None
     unexpected_count: int | None
+    mostly: float = 1.0
+    observed: Any = None
 
     def line(self) -> str:
         verdict = "PASS" if self.success else "FAIL"
         counts = ""
         if self.unexpected_count is not None:
-            counts = f" ({self.unexpected_count:,} of {self.element_count or 0:,} rows unexpected)"
+            counts = f" ({self.unexpected_count:,} of {self.element_count or 0:,} rows unexpected"
+            if self.mostly < 1.0:
+                counts += f"; at most {100 * (1 - self.mostly):g}% allowed"
+            counts += ")"
+        elif self.observed is not None:
+            counts = f" (observed {self.observed!r})"
         return f"{verdict}  {self.rule:<30} {self.expectation_type}[{', '.join(self.columns)}]{counts}"
 
 
@@ -50,6 +57,7 @@ class ValidationReport:
     suite: str
     success: bool
     outcomes: tuple[ExpectationOutcome, ...]
+    docs_index: str | None = None  # Data Docs page (file path) when docs were built
 
     @property
     def failed(self) -> tuple[ExpectationOutcome, ...]:
@@ -63,6 +71,18 @@ class ValidationReport:
         head = (f"suite {self.suite}: {'PASSED' if self.success else 'FAILED'} "
                 f"({len(self.outcomes) - len(self.failed)}/{len(self.outcomes)} expectations met)")
         return [head] + ["  " + o.line() for o in self.outcomes]
+
+    def summary(self) -> str:
+        """One line: which expectations failed on how many rows."""
+        if self.success:
+            return f"suite {self.suite} passed ({len(self.outcomes)} expectations)"
+        parts = []
+        for o in self.failed:
+            if o.unexpected_count is not None:
+                parts.append(f"{o.rule} ({o.unexpected_count:,} of {o.element_count or 0:,} rows)")
+            else:
+                parts.append(f"{o.rule} (observed {o.observed!r})")
+        return f"suite {self.suite} failed {len(self.failed)} of {len(self.outcomes)} expectations: " + ", ".join(parts)
 
 
 def build_suite(rules: RuleSet) -> Any:
@@ -91,14 +111,25 @@ def build_suite(rules: RuleSet) -> Any:
     return gx.ExpectationSuite(name=rules.name, expectations=expectations)
 
 
-def validate_dataframe(df: DataFrame, rules: RuleSet | None = None) -> ValidationReport:
+def validate_dataframe(
+    df: DataFrame,
+    rules: RuleSet | None = None,
+    docs_dir: str | os.PathLike[str] | None = None,
+    run_name: str | None = None,
+) -> ValidationReport:
     """Run the suite on `df` through GE's Spark datasource; never raises for failed
-    expectations (the report says which), only for a broken setup."""
+    expectations (the report says which), only for a broken setup.
+
+    With `docs_dir`, the validation runs in a file-backed GE project there (kept across runs)
+    through a Checkpoint that stores the result and rebuilds the Data Docs HTML site; the
+    report's `docs_index` is then the site's index page."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     rules = rules or load_rules()
     rules.check_columns(df.columns)
+    if docs_dir is not None:
+        return _validate_with_docs(df, rules, docs_dir, run_name)
     context = gx.get_context(mode="ephemeral")
     # Our callers print their own progress lines; GE's tqdm bars would garble them.
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -110,6 +141,49 @@ def validate_dataframe(df: DataFrame, rules: RuleSet | None = None) -> Validatio
     )
     result = batch.validate(build_suite(rules), result_format="BASIC")
     return _report(rules, result)
+
+
+def _validate_with_docs(
+    df: DataFrame, rules: RuleSet, docs_dir: str | os.PathLike[str], run_name: str | None
+) -> ValidationReport:
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    from dataflow_core.quality.docs import docs_lock
+
+    root = os.fspath(docs_dir)
+    os.makedirs(root, exist_ok=True)
+    with docs_lock(root):  # one GE project on disk: gates of parallel tasks take turns
+        context = gx.get_context(mode="file", project_root_dir=root)
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+        source = context.data_sources.add_or_update_spark(name="dataflow_spark", persist=False)
+        asset = next((a for a in source.assets if a.name == rules.name), None) or (
+            source.add_dataframe_asset(name=rules.name)
+        )
+        batch_definition = next(
+            (b for b in asset.batch_definitions if b.name == "whole_dataframe"), None
+        ) or asset.add_batch_definition_whole_dataframe("whole_dataframe")
+        suite = context.suites.add_or_update(build_suite(rules))
+        definition = context.validation_definitions.add_or_update(
+            gx.ValidationDefinition(name=rules.name, data=batch_definition, suite=suite)
+        )
+        checkpoint = context.checkpoints.add_or_update(
+            gx.Checkpoint(
+                name=rules.name,
+                validation_definitions=[definition],
+                actions=[gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")],
+                result_format="BASIC",
+            )
+        )
+        outcome = checkpoint.run(
+            batch_parameters={"dataframe": df},
+            run_id=gx.RunIdentifier(run_name=run_name or rules.name),
+        )
+        (result,) = outcome.run_results.values()
+        sites = context.get_docs_sites_urls()
+    index = sites[0]["site_url"].removeprefix("file://") if sites else None
+    report = _report(rules, result)
+    return ValidationReport(report.suite, report.success, report.outcomes, docs_index=index)
 
 
 def _report(rules: RuleSet, result: Any) -> ValidationReport:
@@ -131,6 +205,8 @@ def _report(rules: RuleSet, result: Any) -> ValidationReport:
             success=bool(item.success),
             element_count=details.get("element_count"),
             unexpected_count=details.get("unexpected_count"),
+            mostly=rule.mostly,
+            observed=details.get("observed_value"),
         )
     outcomes = tuple(by_rule[rule.name] for rule in rules.rules if rule.name in by_rule)
     if len(outcomes) != len(rules.rules):
