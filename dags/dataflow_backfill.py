@@ -1,0 +1,112 @@
+"""Airflow DAG `dataflow_backfill`: a pipeline over a range of event-time days, from a form.
+
+Triggered by hand. The trigger form is built from JSON schemas
+(`dataflow_core.airflow.requests.backfill_param_schemas`), so a value of the wrong shape is
+refused before a run exists. Tasks:
+
+    check_request -> gate_input -> backfill_day (one mapped task per day) -> gate_output -> summary
+
+`check_request` makes the checks a schema cannot (end after start, the maximum range, the
+input table exists) without Spark; `gate_input` validates the range's input rows with Great
+Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
+day (at most "days at once" of them at a time); `gate_output` checks every stage's pane log
+and results for the windows the days touched; `summary` logs and returns the ledger.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pendulum
+from airflow.sdk import Param, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from dataflow_core.airflow.requests import backfill_param_schemas
+
+PARAMS = {
+    name: Param(schema.pop("default"), **schema)
+    for name, schema in backfill_param_schemas().items()
+}
+
+
+def _fail_on_dataflow_error(function):
+    """A DataflowError (bad request, failed gate) fails the task at once, without retries,
+    with its one-line message."""
+    import functools
+
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from dataflow_core.errors import DataflowError
+
+        try:
+            return function(*args, **kwargs)
+        except DataflowError as exc:
+            print(f"FAILED: {exc}", flush=True)
+            raise AirflowFailException(str(exc)) from None
+
+    return wrapper
+
+
+@dag(
+    dag_id="dataflow_backfill",
+    description="Backfill a pipeline over days of event time; GE gates the input, panes and results.",
+    schedule=None,
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    params=PARAMS,
+    tags=["dataflow", "backfill", "spark", "delta", "great_expectations"],
+    is_paused_upon_creation=False,  # schedule=None: nothing runs until someone triggers it
+    doc_md=__doc__,
+    default_args={"retries": 0},
+)
+def dataflow_backfill() -> None:
+    @task
+    @_fail_on_dataflow_error
+    def check_request(**context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import check_backfill
+
+        return check_backfill(context["params"])
+
+    @task
+    @_fail_on_dataflow_error
+    def gate_input(plan: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import gate_input_range
+
+        return gate_input_range(plan["pipeline"], plan["start"], plan["end"], context["run_id"])
+
+    @task
+    def days_of(plan: dict[str, Any], gate: dict[str, Any]) -> list[str]:
+        return list(plan["days"])
+
+    # Retries: two days written at once may collide on a Delta commit; a day is idempotent.
+    @task(retries=2, retry_delay=timedelta(seconds=20), max_active_tis_per_dagrun=8,
+          map_index_template="{{ day }}")
+    def backfill_day(day: str, plan: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import backfill_day as run_day
+
+        context["day"] = day  # names the mapped task in the grid (map_index_template)
+        return run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
+                       plan["days_at_once"], f"{context['dag'].dag_id}__{context['run_id']}")
+
+    @task
+    @_fail_on_dataflow_error
+    def gate_output(plan: dict[str, Any], days: list[dict[str, Any]], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import gate_output as run_gate
+
+        return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"])
+
+    @task
+    def summary(plan: dict[str, Any], days: list[dict[str, Any]], gates: dict[str, Any]) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import summarize
+
+        return summarize(plan, days, gates)
+
+    plan = check_request()
+    gate = gate_input(plan)
+    days = backfill_day.partial(plan=plan).expand(day=days_of(plan, gate))
+    gates = gate_output(plan, days)
+    summary(plan, days, gates)
+
+
+dataflow_backfill()

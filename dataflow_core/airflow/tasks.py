@@ -1,0 +1,255 @@
+"""The bodies of the DAGs' tasks. Each takes plain values, prints what it does (the task log)
+and returns plain JSON-able values (XCom). Spark starts inside the task's own process, on
+`$DATAFLOW_SPARK_MASTER` (default local[*]) with tables under `$DATAFLOW_WAREHOUSE`, exactly
+like the `dataflow` CLI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import os
+import re
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from dataflow_core.errors import DataflowError
+
+Say = Callable[[str], None]
+LEDGER_KEYS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late",
+               "panes", "retractions", "corrected_windows")
+
+
+def _say(message: str) -> None:
+    print(message, flush=True)
+
+
+def spark_session(app: str):
+    from dataflow_core.spark.session import get_spark
+
+    return get_spark(app)
+
+
+# --- days at once -----------------------------------------------------------------------
+
+
+def _slot_root() -> Path:
+    base = os.environ.get("AIRFLOW_HOME") or tempfile.gettempdir()
+    return Path(base) / "dataflow-slots"
+
+
+@contextlib.contextmanager
+def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0) -> Iterator[int]:
+    """Hold one of `slots` slots of the run `run_key` (a per-run counting semaphore made of
+    `slots` lock files), waiting for one to free up. With the LocalExecutor every task runs
+    on this machine, so this caps how many days of one backfill run at once."""
+    folder = _slot_root() / re.sub(r"[^A-Za-z0-9_.-]", "_", run_key)
+    folder.mkdir(parents=True, exist_ok=True)
+    waited = False
+    while True:
+        for slot in range(slots):
+            handle = open(folder / f"slot-{slot}.lock", "a+")
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            try:
+                if waited:
+                    say(f"got slot {slot + 1} of {slots}")
+                yield slot
+                return
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+                handle.close()
+        if not waited:
+            say(f"waiting: {slots} day(s) of this run are already running (days at once = {slots})")
+            waited = True
+        time.sleep(poll_s)
+
+
+# --- backfill ---------------------------------------------------------------------------
+
+
+def check_backfill(params: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
+    """First task: the request's checks (no Spark). Returns the plan, days included."""
+    from dataflow_core.airflow.requests import check_request
+
+    request = check_request(params)
+    say(request.describe())
+    say(f"days: {', '.join(request.days)}")
+    return request.as_dict()
+
+
+def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say = _say) -> dict[str, Any]:
+    """The input gate over [start, end); raises GateFailed (with the summary) when it fails."""
+    from dataflow_core.quality.gates import gate_input
+
+    spark = spark_session(f"dataflow-gate-input-{pipeline}")
+    outcome = gate_input(spark, pipeline, start, end, run_id)
+    for line in outcome.lines():
+        say(line)
+    outcome.raise_if_failed()
+    return {"rows": outcome.rows, "quarantined": outcome.quarantined,
+            "data_docs": outcome.report.docs_index}
+
+
+def backfill_day(
+    pipeline: str, day: str, replay: bool, batch_interval: str, days_at_once: int, run_key: str,
+    say: Say = _say,
+) -> dict[str, Any]:
+    """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once."""
+    from dataflow_core.spark.backfill import run_backfill
+
+    first = dt.date.fromisoformat(day)
+    end = (first + dt.timedelta(days=1)).isoformat()
+    with day_slot(run_key, days_at_once, say):
+        spark = spark_session(f"dataflow-backfill-{pipeline}")
+        say(f"backfill {pipeline} [{day}, {end}) {'replay' if replay else 'batch'}")
+        started = time.monotonic()
+        result = run_backfill(spark, pipeline, day, end, replay=replay, batch_interval=batch_interval,
+                              progress=lambda m: say("  " + m))
+    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
+    say(f"run {result.run_id}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items())
+        + f"; ledger {'balances' if result.ledger_ok else 'DOES NOT balance'} "
+        + f"({time.monotonic() - started:.0f} s)")
+    if not result.ledger_ok:
+        raise DataflowError(f"run {result.run_id} of {pipeline} for {day}: the ledger does not balance: {result.ledger}")
+    return {"day": day, "run_id": result.run_id, "ledger": ledger, "ledger_ok": result.ledger_ok}
+
+
+def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: Say = _say) -> dict[str, Any]:
+    """Pane and results gates of every stage for the windows the runs touched."""
+    from dataflow_core.quality.gates import GateFailed, gate_outputs
+
+    ids = None if run_ids is None else [r for r in run_ids if r]
+    spark = spark_session(f"dataflow-gate-output-{pipeline}")
+    outcomes = gate_outputs(spark, pipeline, ids, run_id, say=say)
+    failed = [o for o in outcomes if not o.success]
+    for outcome in failed:
+        say("FAILED: " + outcome.summary())
+    if failed:
+        if len(failed) == 1:
+            raise GateFailed(failed[0])
+        raise DataflowError(" | ".join(o.summary() for o in failed))
+    docs = next((o.report.docs_index for o in outcomes if o.report.docs_index), None)
+    return {"checked": [f"{o.gate}:{o.table}" for o in outcomes], "rows": sum(o.rows for o in outcomes),
+            "data_docs": docs}
+
+
+def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any]],
+              gates: Mapping[str, Any] | None = None, say: Say = _say) -> dict[str, Any]:
+    """Adds the days' ledgers up; the log shows one line per day and the totals."""
+    rows = sorted((d for d in days if d), key=lambda d: d["day"])
+    total = {k: sum(int(d["ledger"].get(k, 0)) for d in rows) for k in LEDGER_KEYS}
+    ok = all(d.get("ledger_ok") for d in rows) and len(rows) == len(plan.get("days", rows))
+    width = max(len(k) for k in LEDGER_KEYS)
+    say(f"backfill of {plan['pipeline']} over [{plan['start']}, {plan['end']}), "
+        f"{'replay' if plan.get('replay') else 'batch'}: {len(rows)} day(s)")
+    say("  day         run id                " + " ".join(f"{k[:10]:>10}" for k in LEDGER_KEYS))
+    for d in rows:
+        say(f"  {d['day']}  {d['run_id'][:20]:<20}  " + " ".join(f"{d['ledger'].get(k, 0):>10,}" for k in LEDGER_KEYS))
+    say("ledger (all days):")
+    for key in LEDGER_KEYS:
+        say(f"  {key.replace('_', ' '):<{width}}  {total[key]:>12,}")
+    say(f"  read = accepted + duplicates + quarantined: {total['read']:,} = {total['accepted']:,} + "
+        f"{total['duplicates']:,} + {total['quarantined']:,}  {'OK' if ok else 'MISMATCH'}")
+    if gates and gates.get("data_docs"):
+        say(f"Data Docs: {gates['data_docs']}")
+    summary = {**{k: plan[k] for k in ("pipeline", "start", "end", "replay")},
+               "days": len(rows), "run_ids": [d["run_id"] for d in rows], "ledger": total, "ledger_ok": ok}
+    if gates:
+        summary["data_docs"] = gates.get("data_docs")
+    return summary
+
+
+# --- micro-batches ----------------------------------------------------------------------
+
+
+class Busy(Exception):
+    """The pipeline is already running elsewhere (the task is skipped, not failed)."""
+
+
+def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
+    """One micro-batch of `pipeline`; raises Busy when another run holds the pipeline."""
+    try:
+        from dataflow_core.spark.microbatch import PipelineBusy, run_microbatch
+    except ImportError as exc:
+        raise DataflowError(
+            f"micro-batches are not available in this installation ({exc}); "
+            "dataflow_core.spark.microbatch is needed"
+        ) from None
+    spark = spark_session(f"dataflow-microbatch-{pipeline}")
+    try:
+        result = run_microbatch(spark, pipeline)
+    except PipelineBusy as exc:
+        raise Busy(str(exc)) from None
+    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
+    say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
+    if not result.ledger_ok:
+        raise DataflowError(f"micro-batch {result.run_id} of {pipeline}: the ledger does not balance: {result.ledger}")
+    return {"run_id": result.run_id, "ledger": ledger}
+
+
+# --- maintenance ------------------------------------------------------------------------
+
+
+def pipeline_tables(spark, pipeline: str) -> list[str]:
+    """The pipeline's output and state tables that exist: every stage's results and pane
+    log, and any other table named `<stage output>_*` or `<pipeline>_*` (state, quarantine)."""
+    from dataflow_core.pipelines import get
+    from dataflow_core.spark.tables import list_tables
+
+    spec = get(pipeline)
+    prefixes = tuple({f"{s.output}_" for s in spec.stages} | {f"{spec.name}_"})
+    outputs = {s.output for s in spec.stages}
+    return [t for t in list_tables(spark) if t in outputs or t.startswith(prefixes)]
+
+
+def retention_hours(pipeline: str) -> int:
+    """VACUUM retention: the configured hours, raised to cover the longest allowed lateness of
+    the pipeline's stages plus a day (a late correction may need to look back that far)."""
+    from dataflow_core.airflow import settings
+    from dataflow_core.pipelines import get
+
+    lateness_ms = max(s.strategy.allowed_lateness for s in get(pipeline).stages)
+    needed = int(min(lateness_ms, 10 * 365 * 24 * 3600 * 1000) // 3_600_000) + 24
+    return max(settings.vacuum_retention_hours(), needed)
+
+
+def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
+    """OPTIMIZE and VACUUM the pipeline's tables; delete expired duplicate-detection state
+    (rows of a state table whose `expires_at` has passed)."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.tables import table_path
+
+    spark = spark_session(f"dataflow-maintenance-{pipeline}")
+    hours = retention_hours(pipeline)
+    if hours < 168:
+        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
+    for table in pipeline_tables(spark, pipeline):
+        delta = DeltaTable.forPath(spark, table_path(spark, table))
+        entry: dict[str, Any] = {}
+        if "expires_at" in delta.toDF().columns:
+            expired = delta.toDF().where(F.col("expires_at") < F.current_timestamp()).count()
+            if expired:
+                delta.delete(F.col("expires_at") < F.current_timestamp())
+            entry["expired_rows_deleted"] = expired
+            say(f"{table}: {expired:,} expired duplicate-detection rows deleted")
+        metrics = delta.optimize().executeCompaction().collect()
+        compaction = metrics[0]["metrics"] if metrics else None
+        entry["files_removed"] = int(compaction["numFilesRemoved"]) if compaction else 0
+        entry["files_added"] = int(compaction["numFilesAdded"]) if compaction else 0
+        delta.vacuum(hours)
+        say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}; "
+            f"VACUUM kept {hours} h of time travel")
+        done["tables"][table] = entry
+    if not done["tables"]:
+        say(f"pipeline {pipeline}: no output or state tables yet")
+    return done
