@@ -15,15 +15,21 @@ import pendulum
 from airflow.sdk import Param, dag, task
 
 # Cheap: the job module imports Spark only inside its functions. The form shows its defaults.
-from jobs.demo_job import DEFAULT_ROWS, DEFAULT_SEED, DEFAULT_WINDOW
+from jobs.demo_job import DEFAULT_ROWS, DEFAULT_SEED, DEFAULT_WINDOW, OUTPUT_TABLE
+
+# A positive whole number and one unit of the model's durations: the form refuses `abc` or
+# `0m` before a run exists (the job would only fail after starting).
+WINDOW_PATTERN = r"^[1-9][0-9]*(ms|s|m|h|d)$"
 
 PARAMS = {
+    # exclusiveMinimum, not minimum: the form's number box clamps to `minimum` silently (a
+    # typed -5 became 1); with exclusiveMinimum a bad value is refused with the reason.
     "rows": Param(
         DEFAULT_ROWS,
         type="integer",
-        minimum=1,
+        exclusiveMinimum=0,
         title="Rows",
-        description="How many sample events to generate.",
+        description="How many sample events to generate (a whole number, at least 1).",
     ),
     "seed": Param(
         DEFAULT_SEED,
@@ -34,7 +40,7 @@ PARAMS = {
     "window": Param(
         DEFAULT_WINDOW,
         type="string",
-        minLength=1,
+        pattern=WINDOW_PATTERN,
         title="Window",
         description="Fixed event-time window size: a whole number and a unit (500ms, 30s, 10m, 1h, 1d).",
     ),
@@ -49,8 +55,8 @@ PARAMS = {
         ),
     ),
     "warehouse": Param(
-        os.environ.get("DATAFLOW_WAREHOUSE", ""),
-        type="string",
+        os.environ.get("DATAFLOW_WAREHOUSE") or None,
+        type=["null", "string"],  # optional: the form accepts it empty
         title="Warehouse",
         description=(
             "Root directory or URI (file:/..., s3a://bucket/prefix) of the Delta tables. "
@@ -58,6 +64,22 @@ PARAMS = {
         ),
     ),
 }
+
+
+def clear_previous_output(params: Mapping[str, Any]) -> None:
+    """Each run regenerates the input table, so the output must describe this run only: rows
+    MERGEd by an earlier run (perhaps with another window size) are deleted first, as a Delta
+    DELETE (the earlier version stays readable by time travel)."""
+    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.tables import table_exists, table_path
+
+    spark = get_spark("dataflow-demo", master=params.get("master") or None,
+                      warehouse=params.get("warehouse") or None)
+    if table_exists(spark, OUTPUT_TABLE):
+        from delta.tables import DeltaTable
+
+        DeltaTable.forPath(spark, table_path(spark, OUTPUT_TABLE)).delete()
+        print(f"cleared {OUTPUT_TABLE}: this run's windows replace the previous run's", flush=True)
 
 
 def job_argv(params: Mapping[str, Any]) -> list[str]:
@@ -86,9 +108,19 @@ def dataflow_demo() -> None:
     @task(task_id="run_demo_job")
     def run_demo_job(**context: Any) -> list[str]:
         """Run `jobs.demo_job.main` in the worker; a non-zero exit fails the task."""
-        from jobs.demo_job import main
+        from dataflow_core.errors import DataflowError
+        from jobs.demo_job import main, parse_window
 
-        argv = job_argv(context["params"])
+        params = context["params"]
+        argv = job_argv(params)
+        try:  # the job's own checks, before clearing anything
+            from dataflow_core.sample.config import SampleConfig
+
+            parse_window(str(params.get("window") or DEFAULT_WINDOW))
+            SampleConfig(rows=int(params["rows"]), seed=int(params["seed"]))
+        except DataflowError as exc:
+            raise RuntimeError(f"jobs.demo_job would refuse its parameters: {exc}") from None
+        clear_previous_output(params)
         print("running jobs.demo_job " + " ".join(argv), flush=True)
         status = main(argv)
         if status:  # 2: bad parameter (the job printed which), 1: the count ledger is off

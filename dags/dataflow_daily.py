@@ -1,0 +1,87 @@
+"""Airflow DAGs `dataflow_daily__<pipeline>`, one per registered pipeline.
+
+Scheduled daily; each run's data interval is one day of event time (UTC midnight to
+midnight), so Airflow's own Backfill (the UI's "Backfill" dialog, `airflow backfill create
+--dag-id dataflow_daily__billing --from-date 2024-05-01 --to-date 2024-05-07`) recomputes any
+range of days. Tasks: gate the day's input -> backfill the day -> gate panes and results ->
+summary. Created paused: unpause the pipelines you want kept up to date every night.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.sdk import CronDataIntervalTimetable, dag, task
+from airflow.sdk.exceptions import AirflowFailException
+
+from dataflow_core.airflow import settings
+from dataflow_core.pipelines import all_pipelines
+from dataflow_core.model.windows import GlobalWindows
+
+
+def _day(context: dict[str, Any]) -> tuple[str, str]:
+    return (context["data_interval_start"].date().isoformat(),
+            context["data_interval_end"].date().isoformat())
+
+
+def _run(function, *args: Any) -> Any:
+    from dataflow_core.errors import DataflowError
+
+    try:
+        return function(*args)
+    except DataflowError as exc:
+        print(f"FAILED: {exc}", flush=True)
+        raise AirflowFailException(str(exc)) from None
+
+
+def make_daily_dag(pipeline: str, description: str):
+    @dag(
+        dag_id=f"dataflow_daily__{pipeline}",
+        description=f"Daily backfill of {pipeline}: {description}",
+        schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
+        start_date=settings.daily_start(),
+        catchup=False,
+        max_active_runs=1,
+        tags=["dataflow", "daily", pipeline],
+        is_paused_upon_creation=True,
+        doc_md=__doc__,
+        default_args={"retries": 0},
+    )
+    def daily() -> None:
+        @task
+        def gate_input(**context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import gate_input_range
+
+            start, end = _day(context)
+            return _run(gate_input_range, pipeline, start, end, context["run_id"])
+
+        @task(retries=1)
+        def backfill(gate: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import backfill_day
+
+            start, _ = _day(context)
+            return _run(backfill_day, pipeline, start, False, "1m", 1, f"{pipeline}__{context['run_id']}")
+
+        @task
+        def gate_output(day: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import gate_output as run_gate
+
+            return _run(run_gate, pipeline, [day["run_id"]], context["run_id"])
+
+        @task
+        def summary(day: dict[str, Any], gates: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import summarize
+
+            start, end = _day(context)
+            plan = {"pipeline": pipeline, "start": start, "end": end, "replay": False, "days": [start]}
+            return summarize(plan, [day], gates)
+
+        day = backfill(gate_input())
+        summary(day, gate_output(day))
+
+    return daily()
+
+
+for _name, _spec in all_pipelines().items():
+    if not isinstance(_spec.stages[0].strategy.window_fn, GlobalWindows):  # no day owns a global window
+        make_daily_dag(_name, _spec.description)

@@ -1,0 +1,45 @@
+"""Airflow DAG `dataflow_maintenance`: keeps every pipeline's Delta tables lean.
+
+Weekly by default (`$DATAFLOW_MAINTENANCE_SCHEDULE`), one task per registered pipeline:
+delete expired duplicate-detection state (rows of the pipeline's state tables whose
+`expires_at` has passed), `OPTIMIZE` (compact small files) and `VACUUM` every output and
+state table. VACUUM keeps `$DATAFLOW_VACUUM_RETENTION_HOURS` (168) of time travel, raised to
+the pipeline's longest allowed lateness plus a day, so a late correction can still read
+the versions it needs. Created paused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import dag, task
+
+from dataflow_core.airflow import settings
+from dataflow_core.pipelines import all_pipelines
+
+
+@dag(
+    dag_id="dataflow_maintenance",
+    description="OPTIMIZE and VACUUM the pipelines' tables; expire duplicate-detection state.",
+    schedule=settings.maintenance_schedule(),
+    start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["dataflow", "maintenance", "delta"],
+    is_paused_upon_creation=True,
+    doc_md=__doc__,
+)
+def dataflow_maintenance() -> None:
+    for name in all_pipelines():
+
+        @task(task_id=f"maintain__{name}", max_active_tis_per_dag=1)
+        def maintain(pipeline: str = name) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import maintain as run
+
+            return run(pipeline)
+
+        maintain()
+
+
+dataflow_maintenance()

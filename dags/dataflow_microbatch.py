@@ -1,0 +1,68 @@
+"""Airflow DAGs `dataflow_microbatch__<pipeline>`, one per registered pipeline.
+
+Every 5 minutes by default (`$DATAFLOW_MICROBATCH_SCHEDULE`, or
+`$DATAFLOW_MICROBATCH_SCHEDULE__<PIPELINE>` for one pipeline: a cron expression or preset),
+one active run at a time, no catch-up: `microbatch` runs one micro-batch of the pipeline
+(`dataflow microbatch --pipeline NAME`), then `gate_output` checks the panes and results of
+the windows it touched. A run that finds the pipeline already running elsewhere (another
+micro-batch or a backfill holds it) is skipped with that reason, not failed. Created paused.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import dag, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from dataflow_core.airflow import settings
+from dataflow_core.pipelines import all_pipelines
+
+
+def make_microbatch_dag(pipeline: str, description: str):
+    @dag(
+        dag_id=f"dataflow_microbatch__{pipeline}",
+        description=f"Micro-batches of {pipeline}: {description}",
+        schedule=settings.microbatch_schedule(pipeline),
+        start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),
+        catchup=False,
+        max_active_runs=1,
+        tags=["dataflow", "microbatch", pipeline],
+        is_paused_upon_creation=True,
+        doc_md=__doc__,
+        default_args={"retries": 0},
+    )
+    def microbatch_dag() -> None:
+        @task
+        def microbatch() -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import Busy, microbatch as run_microbatch
+            from dataflow_core.errors import DataflowError
+
+            try:
+                return run_microbatch(pipeline)
+            except Busy as exc:
+                print(f"skipped: {exc}", flush=True)
+                raise AirflowSkipException(f"pipeline {pipeline} is already running: {exc}") from None
+            except DataflowError as exc:
+                print(f"FAILED: {exc}", flush=True)
+                raise AirflowFailException(str(exc)) from None
+
+        @task
+        def gate_output(batch: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import gate_output as run_gate
+            from dataflow_core.errors import DataflowError
+
+            try:
+                return run_gate(pipeline, [batch["run_id"]], context["run_id"])
+            except DataflowError as exc:
+                print(f"FAILED: {exc}", flush=True)
+                raise AirflowFailException(str(exc)) from None
+
+        gate_output(microbatch())
+
+    return microbatch_dag()
+
+
+for _name, _spec in all_pipelines().items():
+    make_microbatch_dag(_name, _spec.description)
