@@ -2,9 +2,11 @@
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
 #                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
 #   make test   - setup, then the whole pytest suite (tests/)
-#   make demo   - setup, then the demo job (python -m jobs.demo_job)
+#   make demo   - setup, then the product's story on sample data (python -m jobs.demo)
 #   make bench  - setup, then every benchmarks/bench_*.py
-#   make airflow       - Airflow standalone (UI on :8080) with the project's DAGs, SQLite DB
+#   make airflow       - Airflow standalone in the background (UI on :8080, project's DAGs, SQLite
+#                        DB, sample data generated if none); prints the URL, user and password
+#   make airflow-stop  - stop it (the whole process group it started)
 #   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
 #   make docs   - the paper's figures (docs/figures/*.svg) from docs/figures/scenarios/*.yaml
 #   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
@@ -23,7 +25,7 @@ LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
 
-.PHONY: setup test demo bench docs airflow airflow-demo lock clean distclean
+.PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
 
 setup: $(VENV)/.ready
 	@$(PY) -m dataflow_core.spark.jars
@@ -52,8 +54,7 @@ test: setup
 	exit $$rc
 
 demo: setup
-	@test -f jobs/demo_job.py || { echo "make demo: jobs/demo_job.py does not exist yet, so there is no demo to run" >&2; exit 1; }
-	$(PY) -m jobs.demo_job
+	$(PY) -m jobs.demo
 
 bench: setup
 	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \
@@ -66,7 +67,10 @@ docs: setup
 
 # Airflow on this machine: SQLite metadata and the project's dags/ (scripts/airflow-env.sh).
 airflow: setup
-	scripts/airflow-env.sh airflow standalone
+	@scripts/airflow-standalone.sh start
+
+airflow-stop:
+	@scripts/airflow-standalone.sh stop
 
 airflow-demo: setup
 	scripts/airflow-env.sh airflow db migrate

@@ -48,6 +48,7 @@ class SampleConfig:
                        unknown device
     ad_share           views that are ad impressions (ad_id set, 5-30 s watched)
     users, videos      id space sizes; default scales with rows
+    ads                how many distinct ads impressions name (default 200)
     """
 
     rows: int
@@ -61,6 +62,7 @@ class SampleConfig:
     ad_share: float = 0.2
     users: int | None = None
     videos: int | None = None
+    ads: int = 200
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "start", parse_start(self.start))
@@ -117,6 +119,7 @@ class SampleConfig:
             _whole(self.users, "users", minimum=1)
         if self.videos is not None:
             _whole(self.videos, "videos", minimum=1)
+        _whole(self.ads, "ads", minimum=1)
         if self.start.year < 1971 or self.start.year > 2200:
             _fail("start", "must be between 1971 and 2200", self.start.isoformat())
 

@@ -167,7 +167,7 @@ def generate_events(
     ad_watch = 5.0 + u_watch * 25.0
     watch = F.round(F.when(is_ad, ad_watch).otherwise(content_watch), 1)
     user = F.floor(g.uniform(src, "user") * config.user_count).cast("string")
-    ad = F.floor(g.uniform(src, "ad") * 200).cast("string")
+    ad = F.floor(g.uniform(src, "ad") * config.ads).cast("string")
     no_text = F.lit(None).cast("string")
 
     df = df.select(

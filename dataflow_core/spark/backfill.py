@@ -272,6 +272,16 @@ def _correct(spark, stage: StageSpec, finals: "DataFrame", run: Run, ledger: Led
         | ~(F.col("c_value").eqNullSafe(F.col("r_value")) & F.col("c_ts").eqNullSafe(F.col("r_ts")))
     ).persist()
     now = F.lit(run.now).cast("bigint")
+    empty = stage.strategy.combiner.extract_output(stage.strategy.combiner.create_accumulator())
+    if not stage.retracting and empty is not None:
+        # Without retractions, a window that lost all its data is corrected by a pane with
+        # the empty aggregate (a count of 0), so pane-log readers see the change too.
+        changed = changed.select(
+            *[c for c in changed.columns if c not in ("c_value", "c_ts", "has_c")],
+            F.when(F.col("has_c"), F.col("c_value")).otherwise(F.lit(empty).cast(stage.value_type)).alias("c_value"),
+            F.when(F.col("has_c"), F.col("c_ts")).otherwise(F.col("r_ts")).alias("c_ts"),
+            F.lit(True).alias("has_c"),
+        )
     retract = changed.where(F.col("has_r")) if stage.retracting else changed.limit(0)
     retractions = retract.select(
         *wid, F.col("r_value").alias("value"), F.col("r_ts").alias("ts"), F.col("r_timing").alias("timing"),

@@ -113,36 +113,44 @@ def _fast(elements, strategy, key_columns, value_type):
 
 
 def _fast_sessions(elements, strategy, key_columns, value_type):
-    """Spark's `session_window` closes a session when the next event is at or after the
-    current end; the model merges `[t, t+gap)` windows only when they overlap, which is
-    the same rule. Bounds come back as timestamps (microseconds), converted to ms."""
+    """Spark's `session_window` (which merges only inside the grouping itself) closes a
+    session when the next event is at or after the current end; the model merges
+    `[t, t+gap)` windows only when they overlap: the same rule. Bounds come back as
+    timestamps and are turned back into ms."""
     from pyspark.sql import functions as F
 
     gap = strategy.window_fn.gap
-    sessions = elements.withColumn(
-        "_s", F.session_window(F.timestamp_millis("event_ms"), f"{gap} milliseconds")
-    )
-    framed = sessions.withColumn("window_start", F.unix_millis("_s.start")).withColumn(
-        "window_end", F.unix_millis("_s.end")
-    ).drop("_s")
-    return _aggregate(framed, strategy, key_columns, value_type)
+    session = F.session_window(F.timestamp_millis("event_ms"), f"{gap} milliseconds").alias("_s")
+    value, ts = _aggregates(strategy)
+    if strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW:
+        ts = F.lit(None)
+    out = elements.groupBy(*key_columns, session).agg(value.cast(value_type).alias("value"), ts.alias("ts"))
+    out = out.withColumn("window_start", F.unix_millis("_s.start")).withColumn("window_end", F.unix_millis("_s.end"))
+    out = out.withColumn("ts", F.coalesce(F.col("ts").cast("bigint"), F.col("window_end") - F.lit(1)))
+    return out.select(*key_columns, *FINAL_COLUMNS)
 
 
-def _aggregate(framed, strategy, key_columns, value_type):
+def _aggregates(strategy):
     from pyspark.sql import functions as F
 
-    c = strategy.combiner
     value = {
         SumFn: F.sum("value"),
         CountFn: F.count(F.lit(1)),
         MinFn: F.min("value"),
         MaxFn: F.max("value"),
-    }[type(c)]
-    tc = strategy.timestamp_combiner
+    }[type(strategy.combiner)]
     ts = {
         TimestampCombiner.EARLIEST: F.min("event_ms"),
         TimestampCombiner.LATEST: F.max("event_ms"),
-    }.get(tc, F.max("window_end") - F.lit(1))
+    }.get(strategy.timestamp_combiner, F.max("window_end") - F.lit(1))
+    return value, ts
+
+
+def _aggregate(framed, strategy, key_columns, value_type):
+    from pyspark.sql import functions as F
+
+    value, ts = _aggregates(strategy)
+    tc = strategy.timestamp_combiner
     out = framed.groupBy(*key_columns, "window_start", "window_end").agg(
         value.cast(value_type).alias("value"), ts.alias("ts")
     )

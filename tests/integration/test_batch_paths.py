@@ -60,11 +60,12 @@ def reference_finals(strategy: WindowingStrategy, elements) -> dict:
     return finals
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck),
+@pytest.mark.parametrize("window_fn", WINDOWS, ids=lambda w: w.describe())
+@settings(max_examples=4, deadline=None, suppress_health_check=list(HealthCheck),
           phases=[Phase.explicit, Phase.generate])
-@given(elements_st, st.sampled_from(WINDOWS), st.sampled_from(TRIGGERS), st.sampled_from(COMBINERS),
-       st.sampled_from(list(AccumulationMode)), st.sampled_from(list(TimestampCombiner)))
-def test_fast_path_equals_general_path_and_reference(spark, elements, window_fn, trigger, combiner, mode, tc):
+@given(elements=elements_st, trigger=st.sampled_from(TRIGGERS), combiner=st.sampled_from(COMBINERS),
+       mode=st.sampled_from(list(AccumulationMode)), tc=st.sampled_from(list(TimestampCombiner)))
+def test_fast_path_equals_general_path_and_reference(spark, window_fn, elements, trigger, combiner, mode, tc):
     strategy = WindowingStrategy(window_fn=window_fn, trigger=trigger, accumulation=mode,
                                  allowed_lateness=0, combiner=combiner, timestamp_combiner=tc)
     if not fast_path_applies(strategy):
