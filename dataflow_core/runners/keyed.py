@@ -50,9 +50,10 @@ class Step:
 class Schedule:
     """A stage's steps in order; times and watermarks never decrease along it."""
 
-    def __init__(self, steps: Sequence[Step], start: Instant):
+    def __init__(self, steps: Sequence[Step], start: Instant, start_time: Instant | None = None):
         self.steps = list(steps)
-        self.start = start
+        self.start = start  # the watermark before the first step
+        self.start_time = start_time  # the processing time before it (a resumed run's last)
         self.seqs = [s.seq for s in self.steps]
         self.times = [s.time for s in self.steps]
         self.watermarks = [s.watermark for s in self.steps]
@@ -132,6 +133,12 @@ def run_key(
     out = KeyResult(state=ks)
     arrivals = sorted(arrivals, key=lambda a: a.seq)
     holds = _HoldTracker(schedule, out.holds)
+    if state is not None and schedule.steps:
+        # A resumed key's hold carries over from its last run: it holds from the very
+        # start of this run until it changes.
+        first = schedule.steps[0]
+        since = first.time if schedule.start_time is None else schedule.start_time
+        holds.observe((*first.seq, TIMERS, -END_OF_TIME), since, ks.output_hold(wm), wm)
     i = 0  # next arrival
     j = 0  # next schedule step not yet visited
     while True:
@@ -214,10 +221,15 @@ class _HoldTracker:
             self.spans.append(HoldSpan(since, time, end, end_time, hold))
 
 
-def downstream_schedule(schedule: Schedule, spans: Iterable[HoldSpan]) -> Schedule:
+def downstream_schedule(
+    schedule: Schedule, spans: Iterable[HoldSpan], start: Instant | None = None
+) -> Schedule:
     """The next stage's schedule: this stage's input watermark held back by its keys' hold
     spans, as a step at every sub-step where that changes, plus a step at each of this
-    stage's watermark sub-steps (so downstream timers see the clock move)."""
+    stage's watermark sub-steps (so downstream timers see the clock move).
+
+    `start` is the downstream watermark before the schedule (default this stage's start;
+    a resumed run passes where the downstream stood)."""
     times: dict[Seq, Instant] = {(*s.seq, WATERMARK, 0): s.time for s in schedule.steps}
     clock = set(times)
     starts: dict[Seq, list[Instant]] = {}
@@ -231,7 +243,7 @@ def downstream_schedule(schedule: Schedule, spans: Iterable[HoldSpan]) -> Schedu
     active: list[Instant] = []  # a heap with lazy removal
     removed: dict[Instant, int] = {}
     steps: list[Step] = []
-    out = schedule.start
+    out = schedule.start if start is None else start
     for seq in sorted(times):
         for h in ends.get(seq, ()):
             removed[h] = removed.get(h, 0) + 1
@@ -245,7 +257,7 @@ def downstream_schedule(schedule: Schedule, spans: Iterable[HoldSpan]) -> Schedu
         if held > out or seq in clock:
             out = max(out, held)
             steps.append(Step(seq, times[seq], out))
-    return Schedule(steps, schedule.start)
+    return Schedule(steps, schedule.start if start is None else start, schedule.start_time)
 
 
 # --- a whole pipeline, key by key, in one process ----------------------------------------

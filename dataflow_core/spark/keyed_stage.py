@@ -10,10 +10,11 @@ downstream watermark's inputs and the ledger.
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
-from dataflow_core.model.group_by_window import Element
+from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME
@@ -30,8 +31,13 @@ OUTPUT_FIELDS = (
     "value {value_type}, ts bigint, timing string, pane_index int, on_time_index int, "
     "is_first boolean, is_last boolean, is_retraction boolean, emitted_at bigint, "
     "hold bigint, hold_end array<bigint>, hold_time bigint, hold_end_time bigint, "
-    "elements bigint, dropped bigint, dropped_windows bigint"
+    "elements bigint, dropped bigint, dropped_windows bigint, "
+    "state binary, wake_timer bigint, wake_watermark bigint, windows array<struct<"
+    "window_start: bigint, window_end: bigint, pending: int, next_index: int, "
+    "next_timer: bigint, closed: boolean>>"
 )
+STATE_COLUMNS = ("state",)
+"""A resumable stage's state rows: the key columns and `state` (`encode_state`'s bytes)."""
 
 
 @dataclass(frozen=True)
@@ -56,26 +62,54 @@ def run_stage(
     schedule: Schedule,
     codec: KeyCodec,
     value_type: str,
+    states: "DataFrame | None" = None,
 ) -> "DataFrame":
-    """The stage's output rows (see the module docstring); lazily, as a DataFrame."""
+    """The stage's output rows (see the module docstring); lazily, as a DataFrame.
+
+    With `states` (key columns and `state`), keys resume from their stored state and the
+    output also has a `'state'` row per key: its new state (null when it holds no window),
+    its next wake-ups and a readable list of its windows (micro-batches)."""
     import pyarrow as pa
-
-    key_fields = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in codec.columns)
-    schema = f"{key_fields}, {OUTPUT_FIELDS.format(value_type=value_type)}"
-    names = list(codec.columns) + [f.split()[0] for f in OUTPUT_FIELDS.split(", ")]
-
-    def per_key(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
-        row_key = [k.as_py() for k in key_scalars]
-        key = codec.key(row_key)
-        rows = _run_one_key(key, row_key, table, strategy, schedule, codec)
-        return pa.Table.from_pylist([dict(zip(names, r)) for r in rows], schema=arrow_schema)
-
-    # The Arrow schema of the output, resolved once on the driver and shipped to executors.
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
+    key_fields = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in codec.columns)
+    schema = f"{key_fields}, {OUTPUT_FIELDS.format(value_type=value_type)}"
     arrow_schema = to_arrow_schema(_parse_datatype_string(schema))
-    return arrivals.groupBy(*codec.columns).applyInArrow(per_key, schema)
+    resumable = states is not None
+
+    def resumed(key_scalars: tuple, table: "pa.Table", state_table: "pa.Table") -> "pa.Table":
+        row_key = [k.as_py() for k in key_scalars]
+        blob = state_table.column("state")[0].as_py() if state_table.num_rows else None
+        rows = _run_one_key(codec.key(row_key), row_key, table, strategy, schedule, codec, blob, resumable)
+        return pa.Table.from_pylist(rows, schema=arrow_schema)
+
+    def fresh(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
+        row_key = [k.as_py() for k in key_scalars]
+        rows = _run_one_key(codec.key(row_key), row_key, table, strategy, schedule, codec)
+        return pa.Table.from_pylist(rows, schema=arrow_schema)
+
+    if states is None:
+        return arrivals.groupBy(*codec.columns).applyInArrow(fresh, schema)
+    return (
+        arrivals.groupBy(*codec.columns)
+        .cogroup(states.select(*codec.columns, *STATE_COLUMNS).groupBy(*codec.columns))
+        .applyInArrow(resumed, schema)
+    )
+
+
+def encode_state(ks: KeyedWindowSet) -> bytes | None:
+    """A key's windows as bytes (None when it holds none); the strategy is not stored."""
+    if not ks.windows:
+        return None
+    return pickle.dumps((ks.windows, ks.dropped, ks.dropped_elements), protocol=5)
+
+
+def decode_state(key: Hashable, strategy: WindowingStrategy, blob: bytes | None) -> KeyedWindowSet:
+    ks = KeyedWindowSet(key, strategy)
+    if blob:
+        ks.windows, ks.dropped, ks.dropped_elements = pickle.loads(blob)
+    return ks
 
 
 def _run_one_key(
@@ -85,44 +119,62 @@ def _run_one_key(
     strategy: WindowingStrategy,
     schedule: Schedule,
     codec: KeyCodec,
-) -> list[tuple]:
-    cols = {name: table.column(name).to_pylist() for name in ARRIVAL_COLUMNS}
+    blob: bytes | None = None,
+    resumable: bool = False,
+) -> list[dict]:
+    cols = {name: table.column(name).to_pylist() for name in ARRIVAL_COLUMNS} if table.num_rows else None
     decode = codec.decode_value or (lambda v: v)
     encode = codec.encode_value or (lambda v: v)
     by_seq: dict[tuple, tuple[int, list[Element]]] = {}
-    for value, ts, retraction, seq, at in zip(*(cols[c] for c in ARRIVAL_COLUMNS)):
-        slot = by_seq.setdefault(tuple(seq), (at, []))
-        slot[1].append(Element(decode(value), ts, bool(retraction)))
+    if cols is not None:
+        for value, ts, retraction, seq, at in zip(*(cols[c] for c in ARRIVAL_COLUMNS)):
+            slot = by_seq.setdefault(tuple(seq), (at, []))
+            slot[1].append(Element(decode(value), ts, bool(retraction)))
     arrivals = [
         Arrival(seq, at, tuple(sorted(els, key=lambda e: (e.timestamp, e.retraction))))
         for seq, (at, els) in sorted(by_seq.items())
     ]
-    result = run_key(key, strategy, schedule, arrivals)
-    key_cols = tuple(row_key)
-    rows: list[tuple] = []
+    state = decode_state(key, strategy, blob) if resumable else None
+    result = run_key(key, strategy, schedule, arrivals, state=state)
+    keyed = dict(zip(codec.columns, row_key))
+    rows: list[dict] = []
     for ordinal, (sub, pane) in enumerate(result.panes):
-        rows.append(key_cols + ("pane", ordinal, list(sub)) + _pane_fields(pane, encode) + (None,) * 7)
+        rows.append({**keyed, "kind": "pane", "ordinal": ordinal, "sub": list(sub), **_pane_fields(pane, encode)})
     for span in result.holds:
-        rows.append(
-            key_cols + ("hold", None, list(span.start)) + (None,) * 11
-            + (span.hold, None if span.end is None else list(span.end), span.start_time, span.end_time, None, None, None)
-        )
-    rows.append(key_cols + ("stats", None, None) + (None,) * 15 + (result.elements, result.dropped, result.dropped_windows))
+        rows.append({**keyed, "kind": "hold", "sub": list(span.start), "hold": span.hold,
+                     "hold_end": None if span.end is None else list(span.end),
+                     "hold_time": span.start_time, "hold_end_time": span.end_time})
+    rows.append({**keyed, "kind": "stats", "elements": result.elements, "dropped": result.dropped,
+                 "dropped_windows": result.dropped_windows})
+    if resumable:
+        ks = result.state
+        wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
+        rows.append({
+            **keyed, "kind": "state", "state": encode_state(ks), "hold": ks.output_hold(wm),
+            "wake_timer": ks.next_processing_timer(), "wake_watermark": ks.next_watermark_deadline(wm),
+            "windows": [
+                {"window_start": None if isinstance(w, GlobalWindow) else w.start,
+                 "window_end": None if isinstance(w, GlobalWindow) else w.end,
+                 "pending": ws.pending, "next_index": ws.next_index,
+                 "next_timer": ws.processing_timer, "closed": ws.closed}
+                for w, ws in sorted(ks.windows.items(), key=lambda item: (item[0].end, item[0].start))
+            ],
+        })
     return rows
 
 
-def _pane_fields(p: Pane, encode: Callable[[Any], Any]) -> tuple:
+def _pane_fields(p: Pane, encode: Callable[[Any], Any]) -> dict:
     glob = isinstance(p.window, GlobalWindow)
-    return (
-        None if glob else p.window.start,
-        None if glob else p.window.end,
-        encode(p.value),
-        None if p.timestamp >= END_OF_TIME - 1 else p.timestamp,
-        p.timing.value,
-        p.index,
-        p.on_time_index,
-        p.first,
-        p.last,
-        p.retraction,
-        p.emitted_at,
-    )
+    return {
+        "window_start": None if glob else p.window.start,
+        "window_end": None if glob else p.window.end,
+        "value": encode(p.value),
+        "ts": None if p.timestamp >= END_OF_TIME - 1 else p.timestamp,
+        "timing": p.timing.value,
+        "pane_index": p.index,
+        "on_time_index": p.on_time_index,
+        "is_first": p.first,
+        "is_last": p.last,
+        "is_retraction": p.retraction,
+        "emitted_at": p.emitted_at,
+    }
