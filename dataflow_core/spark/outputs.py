@@ -13,7 +13,8 @@ timestamps.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Sequence
 
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.tables import register_table, table_exists, table_path
@@ -93,21 +94,45 @@ def final_rows(stage: StageSpec, panes: "DataFrame", run_id: str) -> "DataFrame"
     )
 
 
-def write_panes(spark: "SparkSession", stage: StageSpec, rows: "DataFrame") -> int:
+Txn = tuple[str, int]
+"""Delta's idempotent-write key (application id, version): a commit with a version not
+above the last one committed under that id is skipped, so a retried batch writes nothing
+twice."""
+
+
+@contextmanager
+def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
+    """Delta's session settings for an idempotent MERGE (writer options cannot reach it),
+    unset afterwards so that no other write inherits them."""
+    if txn is None:
+        yield
+        return
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn[0])
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn[1]))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def write_panes(spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None) -> int:
     """Insert the pane-log rows not already there; returns how many were inserted."""
     name = panes_table(stage)
-    return _merge(spark, name, rows, ["pane_id"], delete=False, update=False)
+    return merge_rows(spark, name, rows, ["pane_id"], delete=False, update=False, txn=txn)
 
 
-def merge_results(spark: "SparkSession", stage: StageSpec, rows: "DataFrame") -> int:
+def merge_results(spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None) -> int:
     """Replace (or delete, where `_delete`) each key and window's results row."""
     keys = [*stage.key_columns, "window_start", "window_end"]
-    return _merge(spark, stage.output, rows, keys, delete=True, update=True)
+    return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn)
 
 
-def _merge(
-    spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool
+def merge_rows(
+    spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
+    txn: Txn | None = None,
 ) -> int:
+    """MERGE `rows` into table `name` (created empty first if missing) on `keys`."""
     from delta.tables import DeltaTable
 
     if not table_exists(spark, name):
@@ -127,7 +152,8 @@ def _merge(
         m = m.whenNotMatchedInsert("NOT s._delete", values=values)
     else:
         m = m.whenNotMatchedInsert(values=values)
-    m.execute()
+    with idempotent(spark, txn):
+        m.execute()
     register_table(spark, name)
     last = target.history(1).collect()[0]
     if last["version"] == version:

@@ -1,0 +1,440 @@
+"""`dataflow microbatch`: one (or a loop of) exactly-once micro-batches of a pipeline.
+
+New input comes from Structured Streaming's Delta source with an available-now trigger and
+`foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
+refuses a second concurrent query on it (MillWheel's sequencer), and a batch that crashed
+is delivered again, with the same rows, to the next run. A batch with no new input (a
+"tick") still fires due timers and watermark panes.
+
+Each batch, in order: record its number and processing time (a retry reuses both);
+quarantine bad rows; drop duplicate deliveries (event ids are remembered in
+`<pipeline>__seen_ids` for the stage's allowed lateness plus a day of event time behind
+the watermark); advance the watermark estimator; then per stage, on the keys that got data
+or have a timer due (found through the state table's wake-up columns), fire timers,
+deliver elements and move the watermark (`runners.keyed.run_key`); write panes, results and
+state; record the batch as finished with its ledger and watermarks.
+
+Exactly once: every write of batch N is a Delta commit under the idempotent key
+(`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
+retry reads state and seen ids as of the versions recorded when the batch started (time
+travel), so it computes exactly what the first attempt did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import pickle
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.time import END_OF_TIME, Instant, format_instant, parse_duration
+from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
+from dataflow_core.pipelines import PipelineSpec, StageSpec, get
+from dataflow_core.runners.keyed import WATERMARK, TIMERS, HoldSpan, Schedule, Step, downstream_schedule
+from dataflow_core.spark import outputs
+from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.pipeline_input import elements, quarantined, tag_rows
+from dataflow_core.spark.runs import Ledger, RunResult
+from dataflow_core.spark.session import warehouse_root
+from dataflow_core.spark.tables import read_table, register_table, table_exists, table_path
+from dataflow_core.spark.upstream import elements_from_panes
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+BATCHES_TABLE = "dataflow_batches"
+BATCHES_SCHEMA = (
+    "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
+    "recorded_at timestamp, versions string, watermarks string, estimator binary, ledger string"
+)
+CRASH_ENV = "DATAFLOW_CRASH_AT"
+"""Test switch: the process exits (as if killed) right after the named commit point."""
+SEEN_HORIZON = parse_duration("1d")
+BUSY_EXIT = 75
+
+
+class PipelineBusy(DataflowError):
+    """Another run of the same pipeline holds its stream checkpoint."""
+
+
+def state_table(stage: StageSpec) -> str:
+    return f"{stage.output}__state"
+
+
+def seen_table(spec: PipelineSpec) -> str:
+    return f"{spec.name}__seen_ids"
+
+
+def _crash_point(name: str) -> None:
+    if os.environ.get(CRASH_ENV) == name:
+        print(f"[crash switch] exiting at {name}", flush=True)
+        os._exit(137)
+
+
+# --- batch records -----------------------------------------------------------------
+
+
+@dataclass
+class BatchRecord:
+    batch: int
+    stream_batch: int | None
+    now: Instant
+    versions: dict[str, int]
+    status: str = "started"
+    watermarks: dict[str, Instant] = field(default_factory=dict)
+    estimator: Any = None
+
+
+def _records(spark, spec: PipelineSpec) -> list[dict]:
+    from pyspark.sql import functions as F
+
+    if not table_exists(spark, BATCHES_TABLE):
+        return []
+    rows = read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name).orderBy(
+        F.col("batch").desc(), F.col("status").asc()  # 'finished' before 'started' per batch
+    ).limit(4).collect()
+    return [r.asDict() for r in rows]
+
+
+def _append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledger: Ledger | None) -> None:
+    row = (
+        spec.name, rec.batch, rec.stream_batch, rec.now, dt.datetime.fromtimestamp(rec.now / 1000, dt.timezone.utc),
+        status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
+        pickle.dumps(rec.estimator) if rec.estimator is not None else None,
+        json.dumps(ledger.as_dict()) if ledger else None,
+    )
+    df = spark.createDataFrame([row], BATCHES_SCHEMA)
+    path = table_path(spark, BATCHES_TABLE)
+    (
+        df.write.format("delta").mode("append")
+        .option("txnAppId", f"dataflow:{spec.name}:batches:{status}").option("txnVersion", rec.batch)
+        .save(path)
+    )
+    register_table(spark, BATCHES_TABLE)
+
+
+def _version(spark, name: str) -> int:
+    from delta.tables import DeltaTable
+
+    if not table_exists(spark, name):
+        return -1
+    return int(DeltaTable.forPath(spark, table_path(spark, name)).history(1).collect()[0]["version"])
+
+
+def _as_of(spark, name: str, version: int) -> "DataFrame | None":
+    if version < 0:
+        return None
+    return spark.read.format("delta").option("versionAsOf", version).load(table_path(spark, name))
+
+
+# --- the run ------------------------------------------------------------------------
+
+
+def run_microbatch(
+    spark: "SparkSession",
+    pipeline: str,
+    now: str | dt.datetime | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> RunResult:
+    """Every input row committed since the last batch, as one or more micro-batches (a
+    tick when there is none). Raises PipelineBusy when another run holds the pipeline."""
+    from pyspark.errors import StreamingQueryException
+
+    from dataflow_core.spark.backfill import parse_time
+
+    spec = get(pipeline)
+    say = progress or (lambda _m: None)
+    now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
+    done: list[tuple[BatchRecord, Ledger]] = []
+    pending = _records(spark, spec)
+    if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
+        say(f"finishing tick batch {pending[0]['batch']} that did not complete")
+        done.append(_process(spark, spec, None, None, now_ms, say))
+    if not table_exists(spark, spec.input_table):
+        raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
+    checkpoint = f"{warehouse_root(spark)}/_dataflow_checkpoints/{spec.name}"
+    failures: list[BaseException] = []
+
+    def each(df: "DataFrame", stream_batch: int) -> None:
+        try:
+            done.append(_process(spark, spec, df, stream_batch, now_ms, say))
+        except BaseException as exc:  # re-raised below as itself, not as a stream error
+            failures.append(exc)
+            raise
+
+    query = (
+        spark.readStream.format("delta").load(table_path(spark, spec.input_table))
+        .writeStream.foreachBatch(each)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        query.awaitTermination()
+    except StreamingQueryException as exc:
+        if failures:
+            raise failures[0] from None
+        text = str(exc)
+        if "Concurrent update" in text or "Multiple streaming" in text or "concurrent" in text.lower():
+            raise PipelineBusy(
+                f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint "
+                f"{checkpoint} is taken); this run stopped without writing"
+            ) from None
+        raise
+    if not any(rec.stream_batch is not None for rec, _ in done):
+        done.append(_process(spark, spec, None, None, now_ms, say))
+    total = Ledger()
+    for _, ledger in done:
+        for k in ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions"):
+            setattr(total, k, getattr(total, k) + getattr(ledger, k))
+        for stage, counts in ledger.per_stage.items():
+            agg = total.per_stage.setdefault(stage, {"panes": 0, "retractions": 0, "corrected_windows": 0})
+            for k, v in counts.items():
+                agg[k] = agg.get(k, 0) + v
+    last = done[-1][0]
+    return RunResult(f"{spec.name}-batch-{last.batch}", total.as_dict(), last.now)
+
+
+def _begin(spark, spec: PipelineSpec, stream_batch: int | None, now_ms: Instant) -> tuple[BatchRecord, dict | None]:
+    """This batch's record (resumed when a retry), and the last finished one."""
+    records = _records(spark, spec)
+    last_finished = next((r for r in records if r["status"] == "finished"), None)
+    latest = records[0] if records else None
+    if latest and latest["status"] == "started" and latest["stream_batch"] == stream_batch:
+        rec = BatchRecord(latest["batch"], stream_batch, latest["now_ms"], json.loads(latest["versions"]))
+        return rec, last_finished
+    if latest and latest["status"] == "started":
+        raise DataflowError(
+            f"pipeline {spec.name!r}: batch {latest['batch']} did not finish and is not the one "
+            "the stream delivers now; its checkpoint and dataflow_batches disagree"
+        )
+    number = (last_finished["batch"] + 1) if last_finished else 0
+    if last_finished and now_ms < last_finished["now_ms"]:
+        raise DataflowError(
+            f"--now {format_instant(now_ms)} is before the last batch's processing time "
+            f"{format_instant(last_finished['now_ms'])}; processing time never moves back"
+        )
+    names = [seen_table(spec)] + [state_table(s) for s in spec.stages]
+    rec = BatchRecord(number, stream_batch, now_ms, {n: _version(spark, n) for n in names})
+    _append_record(spark, spec, rec, "started", None)
+    _crash_point("started")
+    return rec, last_finished
+
+
+def _process(spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, now_ms, say) -> tuple[BatchRecord, Ledger]:
+    from pyspark.sql import functions as F
+
+    rec, prev = _begin(spark, spec, stream_batch, now_ms)
+    n = rec.batch
+    txn = lambda table: (f"dataflow:{spec.name}:{table}", n)  # noqa: E731
+    prev_wms = json.loads(prev["watermarks"]) if prev else {}
+    prev_now = prev["now_ms"] if prev else BEGINNING_OF_TIME
+    estimator = pickle.loads(prev["estimator"]) if prev and prev["estimator"] else spec.watermark()
+    old_wm = prev_wms.get("input", BEGINNING_OF_TIME)
+    ledger = Ledger()
+
+    # Input: select, quarantine, deduplicate against ids seen in earlier batches.
+    first = spec.stages[0]
+    if rows is not None and spec.where:
+        rows = rows.where(F.expr(spec.where))
+    if rows is None:
+        els = None
+    else:
+        tagged = tag_rows(spark, spec, rows).persist()
+        counts = tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size("_dataflow_failed") > 0).alias("bad")).first()
+        ledger.read, ledger.quarantined = int(counts["read"]), int(counts["bad"])
+        if ledger.quarantined:
+            _quarantine(spark, spec, quarantined(tagged), n, txn)
+        _crash_point("quarantined")
+        candidates = elements(spec, tagged)
+        seen = _as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
+        if seen is not None:
+            candidates = candidates.join(seen.select("event_id"), "event_id", "left_anti")
+        els = candidates.persist()
+        ledger.accepted = els.count()
+        ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+        _remember(spark, spec, els, n, old_wm, txn)
+        tagged.unpersist()
+    _crash_point("deduplicated")
+    stats = els.agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi")).first() if els is not None else None
+    lo_hi = (stats["lo"], stats["hi"]) if stats and stats["lo"] is not None else ()
+    new_wm = estimator.update(Progress(batch_event_times=lo_hi, processing_time=rec.now))
+    say(f"batch {n} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
+        f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {_fmt(new_wm)}")
+
+    schedule = Schedule([Step((n,), rec.now, new_wm)], old_wm, start_time=prev_now)
+    if els is not None:
+        arrivals = els.select(
+            *first.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
+            F.array(F.lit(n).cast("bigint")).alias("seq"), F.lit(rec.now).cast("bigint").alias("at_ms"),
+        )
+    else:
+        arrivals = None
+    watermarks = {"input": new_wm}
+    previous_out: "DataFrame | None" = None
+    prev_stage: StageSpec | None = None
+    for i, stage in enumerate(spec.stages):
+        if i:
+            spans = _spans(previous_out, schedule, spark, prev_stage, rec.versions, new_wm_of(schedule), touched_keys)
+            schedule = downstream_schedule(schedule, spans, start=prev_wms.get(stage.output, BEGINNING_OF_TIME))
+            panes = previous_out.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn("at_ms", F.col("emitted_at"))
+            arrivals = elements_from_panes(panes, prev_stage, stage, passthrough=("seq", "at_ms"))
+        out, touched_keys = _run(spark, stage, arrivals, schedule, rec, i == 0)
+        ledger_stage = _write(spark, stage, out, rec, txn)
+        ledger.per_stage[stage.output] = ledger_stage
+        ledger.panes += ledger_stage["panes"]
+        ledger.retractions += ledger_stage["retractions"]
+        if i == 0:
+            totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("e"), F.sum("dropped").alias("d")).first()
+            ledger.dropped_late = int(totals["d"] or 0)
+            ledger.aggregated = int(totals["e"] or 0) - ledger.dropped_late
+        if previous_out is not None:
+            previous_out.unpersist()
+        previous_out, prev_stage = out, stage
+        watermarks[stage.output] = new_wm_of(schedule)  # this stage's input watermark
+        say(f"  {stage.output}: {ledger_stage['panes']:,} panes, {ledger_stage['retractions']:,} retractions")
+    if previous_out is not None:
+        previous_out.unpersist()
+    if els is not None:
+        els.unpersist()
+    rec.watermarks = watermarks
+    rec.estimator = estimator
+    _crash_point("before-finish")
+    _append_record(spark, spec, rec, "finished", ledger)
+    return rec, ledger
+
+
+def new_wm_of(schedule: Schedule) -> Instant:
+    return schedule.steps[-1].watermark if schedule.steps else schedule.start
+
+
+def _run(spark, stage: StageSpec, arrivals, schedule: Schedule, rec: BatchRecord, first: bool):
+    """The stage on the keys that got data or have something due; returns its output
+    rows and the DataFrame of the keys it touched."""
+    from pyspark.sql import functions as F
+
+    keys = list(stage.key_columns)
+    states = _as_of(spark, state_table(stage), rec.versions[state_table(stage)])
+    wm = new_wm_of(schedule)
+    latest_time = max((s.time for s in schedule.steps), default=rec.now)
+    if arrivals is None:
+        arrivals = _empty_arrivals(spark, stage, first)
+    if states is not None:
+        due = states.where((F.col("wake_timer") < F.lit(latest_time)) | (F.col("wake_watermark") <= F.lit(wm)))
+        with_data = states.join(arrivals.select(*keys).distinct(), keys, "left_semi")
+        woken = due.unionByName(with_data).dropDuplicates(keys)
+    else:
+        woken = spark.createDataFrame([], _state_schema(arrivals, stage))
+    out = run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
+                    states=woken.select(*keys, "state")).persist()
+    touched = out.where("kind = 'state'").select(*keys)
+    return out, touched
+
+
+def _state_schema(arrivals, stage: StageSpec) -> str:
+    cols = [f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in stage.key_columns]
+    return ", ".join(cols + ["state binary", "wake_timer bigint", "wake_watermark bigint", "hold bigint"])
+
+
+def _empty_arrivals(spark, stage: StageSpec, first: bool):
+    from pyspark.sql.types import _parse_datatype_string  # noqa: F401
+
+    types = ", ".join(f"`{c}` string" for c in stage.key_columns)
+    value_type = stage.input_type if not first else "string"
+    return spark.createDataFrame(
+        [], f"{types}, value {value_type}, event_ms bigint, retraction boolean, seq array<bigint>, at_ms bigint"
+    )
+
+
+def _spans(previous_out, schedule: Schedule, spark, prev_stage: StageSpec, versions, wm, touched_keys) -> list[HoldSpan]:
+    """Hold spans of the upstream stage in this batch: from the keys it ran, plus the keys
+    it did not run whose stored hold is below the watermark (they hold all batch long)."""
+    from pyspark.sql import functions as F
+
+    spans = [
+        HoldSpan(tuple(r["sub"]), r["hold_time"], None if r["hold_end"] is None else tuple(r["hold_end"]),
+                 r["hold_end_time"], r["hold"])
+        for r in previous_out.where("kind = 'hold'").collect()
+    ]
+    states = _as_of(spark, state_table(prev_stage), versions[state_table(prev_stage)])
+    if states is not None:
+        step = schedule.steps[0]
+        idle = states.where(F.col("hold") < F.lit(wm)).join(touched_keys, list(prev_stage.key_columns), "left_anti")
+        for r in idle.select("hold").collect():
+            h = r["hold"]
+            if h < schedule.start:
+                spans.append(HoldSpan((*step.seq, TIMERS, -END_OF_TIME), schedule.start_time or step.time, None, None, h))
+            else:
+                spans.append(HoldSpan((*step.seq, WATERMARK, 0), step.time, None, None, h))
+    return spans
+
+
+def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> dict[str, int]:
+    from pyspark.sql import functions as F
+
+    run_id = f"batch-{rec.batch}"
+    panes = out.where("kind = 'pane'")
+    counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r")).first()
+    outputs.write_panes(spark, stage, outputs.pane_rows(stage, panes, run_id), txn=txn(f"{stage.output}_panes"))
+    _crash_point(f"{stage.output}-panes")
+    if stage.keeps_results:
+        outputs.merge_results(spark, stage, outputs.final_rows(stage, panes, run_id), txn=txn(stage.output))
+    _crash_point(f"{stage.output}-results")
+    ts = lambda c: F.when(F.abs(F.col(c)) < F.lit(END_OF_TIME - 1), F.timestamp_millis(F.col(c)))  # noqa: E731
+    state_rows = out.where("kind = 'state'").select(
+        *stage.key_columns, "state", "wake_timer", "wake_watermark", "hold",
+        ts("wake_timer").alias("next_timer_at"), ts("wake_watermark").alias("next_watermark_at"),
+        F.transform("windows", lambda w: F.struct(
+            F.timestamp_millis(w["window_start"]).alias("window_start"),
+            F.timestamp_millis(w["window_end"]).alias("window_end"),
+            w["pending"].alias("pending_elements"), w["next_index"].alias("panes_emitted"),
+            F.timestamp_millis(w["next_timer"]).alias("next_timer"), w["closed"].alias("closed"),
+        )).alias("windows"),
+        F.lit(rec.batch).alias("batch"),
+        F.col("state").isNull().alias("_delete"),
+    )
+    outputs.merge_rows(spark, state_table(stage), state_rows, list(stage.key_columns), delete=True, update=True,
+                       txn=txn(state_table(stage)))
+    _crash_point(f"{stage.output}-state")
+    return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
+
+
+def _quarantine(spark, spec: PipelineSpec, bad: "DataFrame", n: int, txn) -> None:
+    from pyspark.sql import functions as F
+
+    input_cols = [c for c in bad.columns if c != "quarantine_reason"]
+    rows = bad.select(
+        *bad.columns, F.lit(spec.name).alias("pipeline"), F.lit(f"batch-{n}").alias("run_id"),
+        F.current_timestamp().alias("quarantined_at"),
+        F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
+    ).withColumn("_delete", F.lit(False))
+    outputs.merge_rows(spark, f"{spec.input_table}_quarantine", rows, ["row_id"], delete=False, update=False,
+                       txn=txn("quarantine"))
+
+
+def _remember(spark, spec: PipelineSpec, els: "DataFrame", n: int, old_wm: Instant, txn) -> None:
+    """New event ids join the seen set; ids further behind the watermark than the first
+    stage's allowed lateness plus a day are forgotten (a delivery that late would be
+    dropped as too late anyway)."""
+    from pyspark.sql import functions as F
+
+    horizon = old_wm - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
+    rows = els.select("event_id", "event_ms", F.lit(n).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
+    name = seen_table(spec)
+    if old_wm > BEGINNING_OF_TIME and n % 100 == 0 and table_exists(spark, name):
+        expired = read_table(spark, name).where(F.col("event_ms") < F.lit(horizon)).select(
+            "event_id", "event_ms", "batch", F.lit(True).alias("_delete"))
+        rows = rows.unionByName(expired)
+    outputs.merge_rows(spark, name, rows, ["event_id"], delete=True, update=False, txn=txn(name))
+
+
+def _fmt(ms: Instant) -> str:
+    if ms >= END_OF_TIME:
+        return "the end of time"
+    if ms <= BEGINNING_OF_TIME:
+        return "the beginning of time"
+    return format_instant(ms)
