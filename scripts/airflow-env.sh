@@ -13,6 +13,13 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$_dataflow_root/.airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_dataflow_root/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
+# Standalone's LocalExecutor starts `parallelism` worker processes (32 by default: far too
+# many for a laptop, each task starting its own Spark driver); one per core, at least 2.
+_dataflow_cores="$(nproc 2>/dev/null || echo 2)"
+export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$(( _dataflow_cores < 2 ? 2 : _dataflow_cores ))}"
+export AIRFLOW__API__WORKERS="${AIRFLOW__API__WORKERS:-1}"
+export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+unset _dataflow_cores
 export DATAFLOW_SPARK_MASTER="${DATAFLOW_SPARK_MASTER:-local[*]}"
 export DATAFLOW_WAREHOUSE="${DATAFLOW_WAREHOUSE:-$_dataflow_root/warehouse}"
 # Task processes import `jobs` and `dataflow_core` from the project even without `pip install -e .`.

@@ -81,8 +81,9 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
         "days_at_once": {
             "default": 1,
             "type": "integer",
-            "minimum": 1,
-            "maximum": max_parallel,
+            # exclusive bounds: the form's number box would silently clamp to minimum/maximum
+            "exclusiveMinimum": 0,
+            "exclusiveMaximum": max_parallel + 1,
             "title": "Days at once",
             "description": f"How many days run at the same time (1 to {max_parallel}).",
         },

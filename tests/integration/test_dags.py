@@ -22,7 +22,11 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = ROOT / "dags"
 AIRFLOW = Path(sys.executable).with_name("airflow")
-EXPECTED_DAG_IDS = {"dataflow_demo"}
+EXPECTED_DAG_IDS = {
+    "dataflow_demo", "dataflow_backfill", "dataflow_maintenance",
+    "dataflow_daily__billing", "dataflow_daily__ad_sessions",
+    "dataflow_microbatch__billing", "dataflow_microbatch__ad_sessions",
+}
 DEMO_PARAMS = {"rows", "seed", "window", "master", "warehouse"}
 
 MIGRATE_TIMEOUT_S = 300
@@ -106,6 +110,11 @@ print("DAGBAG-JSON " + json.dumps({
         for dag_id, dag in bag.dags.items()
     },
     "schedules": {dag_id: repr(dag.schedule) for dag_id, dag in bag.dags.items()},
+    "optional": {
+        dag_id: sorted(name for name in dag.params
+                       if "null" in (dag.params.get_param(name).schema.get("type") or []))
+        for dag_id, dag in bag.dags.items()
+    },
     "spark_imported": "pyspark" in sys.modules,
 }))
 """
@@ -130,6 +139,7 @@ def test_dagbag_loads_every_dag_without_errors(tmp_path):
     # Master and warehouse default to the Airflow worker's environment.
     assert params["master"] == master
     assert params["warehouse"] == str(tmp_path / "env-warehouse")
+    assert bag["optional"]["dataflow_demo"] == ["warehouse"]  # the form accepts it empty
     assert isinstance(params["rows"], int) and params["rows"] > 0
     # Triggered by hand only, and cheap to parse: Spark is imported when the task runs.
     assert bag["schedules"]["dataflow_demo"] == "None"
@@ -172,8 +182,8 @@ def test_dags_test_runs_the_demo_job_into_delta(airflow_home, tmp_path):
 
 
 def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
-    # The job rejects the window before starting Spark, so this run is quick.
-    conf = {"window": "every now and then", "master": "local[1]", "warehouse": str(tmp_path / "wh")}
+    # The form accepts any whole seed; the job refuses one beyond 64 bits, before Spark starts.
+    conf = {"seed": 2**64, "master": "local[1]", "warehouse": str(tmp_path / "wh")}
     result = _run(
         "airflow dags test",
         [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
@@ -181,8 +191,27 @@ def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
         expect_success=False,
     )
     assert _dag_run_state(result.stdout) == "failed"
-    assert "invalid --window 'every now and then'" in result.stdout  # the job's own error
+    assert "jobs.demo_job would refuse its parameters: invalid sample parameter seed" in result.stdout
     assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.parametrize(
+    ("conf", "param", "reason"),
+    [
+        ({"window": "abc"}, "window", "'abc' does not match"),
+        ({"window": "0m"}, "window", "'0m' does not match"),
+        ({"rows": -5}, "rows", "-5 is less than or equal to the minimum of 0"),
+    ],
+)
+def test_the_form_refuses_bad_demo_params_before_a_run_exists(airflow_home, tmp_path, conf, param, reason):
+    result = _run(
+        "airflow dags test",
+        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
+        _airflow_env(airflow_home), MIGRATE_TIMEOUT_S, tmp_path / "dags-test.log",
+        expect_success=False,
+    )
+    assert f"Invalid input for param {param}: {reason}" in result.stdout
+    assert "DagRun Finished" not in result.stdout
 
 
 def test_airflow_env_script_points_airflow_at_the_project(tmp_path):
