@@ -19,6 +19,8 @@ _dataflow_cores="$(nproc 2>/dev/null || echo 2)"
 export AIRFLOW__CORE__PARALLELISM="${AIRFLOW__CORE__PARALLELISM:-$(( _dataflow_cores < 2 ? 2 : _dataflow_cores ))}"
 export AIRFLOW__API__WORKERS="${AIRFLOW__API__WORKERS:-1}"
 export AIRFLOW__API__PORT="${AIRFLOW__API__PORT:-8080}"
+# Task processes talk to the api-server's execution API; follow the port when it is changed.
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL="${AIRFLOW__CORE__EXECUTION_API_SERVER_URL:-http://localhost:$AIRFLOW__API__PORT/execution/}"
 unset _dataflow_cores
 export DATAFLOW_SPARK_MASTER="${DATAFLOW_SPARK_MASTER:-local[*]}"
 export DATAFLOW_WAREHOUSE="${DATAFLOW_WAREHOUSE:-$_dataflow_root/warehouse}"
