@@ -1,14 +1,17 @@
-"""The demo job against a real Spark standalone cluster (one master, one worker on 127.0.0.1).
+"""Jobs against a real Spark standalone cluster (one master, two workers on 127.0.0.1).
 
 This is the path users take when they outgrow `local[*]`: the same job, only `--master`
-changes. The master and the worker are started from the venv's pyspark with `spark-class`,
-exactly as docker-compose.yml starts them, and stopped whatever happens.
+changes. The master and the workers are started from the venv's pyspark with `spark-class`,
+exactly as docker-compose.yml starts them, and stopped whatever happens. Two workers of one
+core each mean two executor JVMs, so every shuffle and every per-key Python task really
+crosses processes.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -27,6 +30,7 @@ SPARK_CLASS = Path(sys.executable).with_name("spark-class")
 START_TIMEOUT_S = 120
 JOB_TIMEOUT_S = 900
 OUTPUT_TAIL_LINES = 60
+WORKERS = 2
 
 
 def _free_port() -> int:
@@ -76,7 +80,7 @@ class Cluster:
 def cluster(tmp_path_factory) -> Iterator[Cluster]:
     assert SPARK_CLASS.exists(), f"no spark-class next to {sys.executable}: run `make setup` first"
     base = tmp_path_factory.mktemp("spark_standalone")
-    port, web_port, worker_web_port = _free_port(), _free_port(), _free_port()
+    port, web_port = _free_port(), _free_port()
     master_url, web_url = f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{web_port}"
     work_dir = base / "worker-work"
     env = {
@@ -90,32 +94,34 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
          "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(web_port)],
         env, base / "master.log",
     )  # fmt: skip
-    worker = None
+    workers: list[subprocess.Popen] = []
     try:
-        worker = _start(
-            [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker",
-             "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
-             "--webui-port", str(worker_web_port), "--work-dir", str(work_dir), master_url],
-            env, base / "worker.log",
-        )  # fmt: skip
+        for n in range(WORKERS):
+            workers.append(_start(
+                [str(SPARK_CLASS), "org.apache.spark.deploy.worker.Worker",
+                 "--host", "127.0.0.1", "--cores", "1", "--memory", "2g",
+                 "--webui-port", str(_free_port()), "--work-dir", str(work_dir), master_url],
+                env, base / f"worker{n}.log",
+            ))  # fmt: skip
         deadline = time.monotonic() + START_TIMEOUT_S
         while True:
-            for name, process in (("master", master), ("worker", worker)):
+            for name, process in (("master", master), *((f"worker{n}", w) for n, w in enumerate(workers))):
                 if process.poll() is not None:
                     pytest.fail(f"Spark {name} exited {process.returncode}:\n"
                                 f"{_tail(base / f'{name}.log')}")
             try:
-                if _master_state(web_url).get("aliveworkers", 0) >= 1:
+                if _master_state(web_url).get("aliveworkers", 0) >= WORKERS:
                     break
             except OSError:
                 pass  # master UI not up yet
             if time.monotonic() > deadline:
-                pytest.fail(f"no worker registered with {master_url} within {START_TIMEOUT_S}s:\n"
-                            f"{_tail(base / 'master.log')}\n{_tail(base / 'worker.log')}")
+                logs = "\n".join(_tail(base / f"worker{n}.log") for n in range(WORKERS))
+                pytest.fail(f"{WORKERS} workers did not register with {master_url} within {START_TIMEOUT_S}s:\n"
+                            f"{_tail(base / 'master.log')}\n{logs}")
             time.sleep(1)
         yield Cluster(master_url, web_url, work_dir, base)
     finally:
-        if worker is not None:
+        for worker in workers:
             _stop(worker)
         _stop(master)
 
@@ -160,3 +166,111 @@ def test_demo_job_runs_on_a_standalone_master(cluster, tmp_path):
     counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table()
     assert counts.num_rows > 0
     assert 0 < sum(counts.column("views").to_pylist()) <= 2000
+
+
+# --- backfills: the same tables on the cluster as in local mode ----------------------------
+
+SAMPLE_ROWS = 3000
+RANGE = ["--start", "2024-05-01", "--end", "2024-05-03"]  # the sample's 48 hours
+NOW = "2024-05-04T00:00:00Z"  # a batch's processing time, so both modes write the same panes
+BACKFILLS = [  # billing batch; ad_sessions replayed in arrival order, then checked by a batch
+    ["--pipeline", "billing", *RANGE, "--now", NOW],
+    ["--pipeline", "ad_sessions", *RANGE, "--replay", "--batch-interval", "5m"],
+    ["--pipeline", "ad_sessions", *RANGE, "--now", NOW],
+]
+# table -> columns that name the run rather than the data (a run id is a fresh uuid per run)
+TABLES = {
+    "billing": ("run_id",),
+    "billing_panes": ("run_id",),
+    "ad_sessions": ("run_id",),
+    "ad_sessions_panes": ("run_id",),
+    "ad_short_sessions": ("run_id",),
+    "ad_short_sessions_panes": ("run_id",),
+    "video_events_quarantine": ("run_id", "quarantined_at"),
+}
+# `python -m dataflow_core backfill ARGS` for each ARGS in turn, in one process: one Spark
+# application (and one set of executors) for the three runs instead of three.
+CLI_SEQUENCE = """
+import json, sys
+from dataflow_core.cli import main
+for args in json.loads(sys.argv[1]):
+    print("$ dataflow " + " ".join(args), flush=True)
+    code = main(args)
+    if code:
+        sys.exit(code)
+"""
+
+
+def _backfills(master: str, warehouse: Path, env: dict[str, str], cwd: Path, log: Path) -> list[list[str]]:
+    """The three backfills through the CLI; each one's printed ledger."""
+    runs = [["backfill", *args, "--master", master, "--warehouse", str(warehouse)] for args in BACKFILLS]
+    with open(log, "w") as out:
+        try:
+            result = subprocess.run([sys.executable, "-c", CLI_SEQUENCE, json.dumps(runs)], env=env, cwd=cwd,
+                                    stdout=out, stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the backfills did not finish in {JOB_TIMEOUT_S}s:\n{_tail(log)}")
+    assert result.returncode == 0, f"backfills on {master} exited {result.returncode}:\n{_tail(log)}"
+    ledgers: list[list[str]] = []
+    for line in log.read_text().splitlines():
+        if line.startswith("$ dataflow "):
+            ledgers.append([])
+        elif ledgers and (line.startswith("ledger") or line.startswith("  ")):
+            ledgers[-1].append(line)
+    assert len(ledgers) == len(BACKFILLS), _tail(log)
+    return ledgers
+
+
+def _table(warehouse: Path, name: str, ignore: tuple[str, ...]):
+    from deltalake import DeltaTable
+
+    frame = DeltaTable(str(warehouse / name)).to_pandas()
+    frame = frame.drop(columns=[c for c in ignore if c in frame.columns])
+    columns = sorted(frame.columns)
+    return frame[columns].astype(str).sort_values(columns).reset_index(drop=True)
+
+
+def test_backfills_leave_the_same_tables_on_a_standalone_cluster_as_in_local_mode(cluster, spark, tmp_path):
+    """billing (batch) and ad_sessions (replay, then a batch correcting it), through the
+    CLI, against the two-worker cluster and in local mode: identical tables and ledgers."""
+    import shutil
+
+    import pandas as pd
+
+    from dataflow_core.sample.config import SampleConfig
+    from dataflow_core.sample.write import write_sample
+    from dataflow_core.spark.session import WAREHOUSE_CONF
+
+    local, remote = tmp_path / "local", tmp_path / "cluster"
+    # The sample once (what `dataflow generate --rows 3000 --seed 3` writes), copied to both.
+    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "sample"))  # the shared session; restored after
+    write_sample(spark, SampleConfig(rows=SAMPLE_ROWS, seed=3), progress=lambda _m: None)
+    for warehouse in (local, remote):
+        shutil.copytree(tmp_path / "sample" / "video_events", warehouse / "video_events")
+
+    conf_dir = tmp_path / "spark-conf"  # a tiny sample: a few shuffle partitions, as in local mode
+    conf_dir.mkdir()
+    (conf_dir / "spark-defaults.conf").write_text("spark.sql.shuffle.partitions  4\n")
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir)}
+    for name in ("DATAFLOW_WAREHOUSE", "DATAFLOW_SPARK_MASTER", "DATAFLOW_PIPELINES"):
+        env.pop(name, None)
+    on_cluster = _backfills(cluster.master_url, remote, env, tmp_path, tmp_path / "cluster.log")
+    in_local_mode = _backfills("local[2]", local, env, tmp_path, tmp_path / "local.log")
+
+    # It really ran on the cluster, on both workers.
+    apps = _master_state(cluster.web_url)
+    names = {app["name"] for app in apps.get("completedapps", []) + apps.get("activeapps", [])}
+    assert "dataflow-backfill-billing" in names, names
+    assert len({p.parent.name for p in cluster.work_dir.glob("app-*/*/stderr")}) >= 2, "an executor per worker"
+
+    assert on_cluster == in_local_mode, "the ledgers differ"
+    assert "read 0 " not in on_cluster[0][1] and "OK" in on_cluster[0][2], on_cluster[0]
+    assert re.search(r"ad_sessions: [\d,]+ panes, [1-9][\d,]* retractions", on_cluster[1][3]), on_cluster[1]
+    # The replay saw every row in time (allowed lateness 1 day), so the batch after it finds
+    # the same sessions and short-session counts: nothing to correct.
+    assert all(" 0 panes, 0 retractions, 0 corrected" in line for line in on_cluster[2][3:]), on_cluster[2]
+    for name, ignore in TABLES.items():
+        ours, theirs = _table(remote, name, ignore), _table(local, name, ignore)
+        assert len(ours) > 0, f"{name} is empty"
+        pd.testing.assert_frame_equal(ours, theirs, obj=name)
