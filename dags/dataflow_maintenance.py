@@ -1,8 +1,8 @@
 """Airflow DAG `dataflow_maintenance`: keeps every pipeline's Delta tables lean.
 
 Weekly by default (`$DATAFLOW_MAINTENANCE_SCHEDULE`), one task per registered pipeline:
-delete expired duplicate-detection state (rows of the pipeline's state tables whose
-`expires_at` has passed), `OPTIMIZE` (compact small files) and `VACUUM` every output and
+forget event ids past the micro-batches' duplicate-detection horizon
+(`<pipeline>__seen_ids`, see dataflow_core/spark/microbatch.py), `OPTIMIZE` (compact small files) and `VACUUM` every output and
 state table. VACUUM keeps `$DATAFLOW_VACUUM_RETENTION_HOURS` (168) of time travel, raised to
 the pipeline's longest allowed lateness plus a day, so a late correction can still read
 the versions it needs. Created paused.

@@ -11,8 +11,10 @@
 4. show one ad-hour's billing history and one busy session history from the pane logs;
 5. append a slice of late views and backfill `ad_sessions` in batch: the corrections
    arrive as retractions in the pane log, the results and the short-session counts change;
-6. draw the diagram of the busy key (event time x processing time);
-7. say where everything is and how to query it.
+6. go live: micro-batches of `ad_sessions` over newly appended views (duplicates and late
+   views among them), each batch's panes and retractions;
+7. draw the diagram of the busy key (event time x processing time);
+8. say where everything is and how to query it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ ROWS = 20_000
 START = "2024-05-01T00:00:00Z"
 SPAN_HOURS = 6
 RANGE = ("2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z")
-STEPS = 7
+STEPS = 8
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -138,6 +140,29 @@ def _run(args: argparse.Namespace) -> int:
         "ORDER BY user_id, ad_id, emitted_at, is_retraction DESC, window_start LIMIT 10"
     ))
 
+    step("live micro-batches of ad_sessions: new views arrive, some twice, some late")
+    from dataflow_core.spark.microbatch import run_microbatch
+
+    live = [
+        ("2024-05-01T06:05:00Z", None),
+        ("2024-05-01T06:15:00Z", SampleConfig(rows=400, seed=11, start="2024-05-01T06:00:00Z", span_hours=0.15,
+                                              users=40, ads=8, ad_share=1.0, duplicate_share=0.2,
+                                              late_minutes_share=0.3, late_hours_share=0.0, malformed_share=0.02)),
+        ("2024-05-01T06:45:00Z", SampleConfig(rows=200, seed=12, start="2024-05-01T05:40:00Z", span_hours=0.5,
+                                              users=40, ads=8, ad_share=1.0, duplicate_share=0.1,
+                                              late_minutes_share=0.5, late_hours_share=0.0, malformed_share=0.0)),
+    ]
+    for now, slice_ in live:
+        if slice_ is not None:
+            write_sample(spark, slice_, table="video_events", mode="append", progress=lambda m: None)
+            step.detail(f"appended {slice_.rows:,} views (event times from {slice_.start:%H:%M})")
+        result = run_microbatch(spark, "ad_sessions", now=now, progress=step.detail)
+        ok &= _ledger(step, result)
+    _show(spark.sql(
+        "SELECT run_id AS batch, timing, count_if(NOT is_retraction) AS panes, count_if(is_retraction) AS retractions "
+        "FROM ad_sessions_panes WHERE run_id LIKE 'batch-%' GROUP BY run_id, timing ORDER BY run_id, timing"
+    ))
+
     step("diagram of the busy key: event time across, processing time up")
     diagram = None
     if busy:
@@ -159,10 +184,13 @@ def _run(args: argparse.Namespace) -> int:
         "  ad_sessions, ad_sessions_panes          sessions per user and ad (with retractions)",
         "  ad_short_sessions, ad_short_sessions_panes  short sessions per ad",
         "  dataflow_runs, dataflow_watermarks       each run's ledger; the watermark per batch",
+        "  ad_sessions__state, dataflow_batches     live state per key (open windows, next wake-ups); each micro-batch",
         "query them:",
         '  dataflow sql "SELECT * FROM billing ORDER BY value DESC LIMIT 5"',
         "  dataflow sql \"SELECT timing, count(*) FROM billing_panes GROUP BY timing\"",
         "  dataflow backfill --pipeline billing --start 2024-05-01 --end 2024-05-02 [--replay]",
+        "  dataflow microbatch --pipeline ad_sessions [--now T] [--loop 1m]",
+        "  dataflow sql \"SELECT user_id, ad_id, w.* FROM ad_sessions__state LATERAL VIEW explode(windows) AS w LIMIT 5\"",
     ] + ([f"diagram: {diagram}"] if diagram else []):
         print(f"    {line}")
     print(f"\ndemo {'finished' if ok else 'FAILED: a ledger does not balance'} in "

@@ -221,10 +221,9 @@ def retention_hours(pipeline: str) -> int:
 
 
 def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
-    """OPTIMIZE and VACUUM the pipeline's tables; delete expired duplicate-detection state
-    (rows of a state table whose `expires_at` has passed)."""
+    """OPTIMIZE and VACUUM the pipeline's tables; forget event ids past the micro-batches'
+    duplicate-detection horizon (`<pipeline>__seen_ids`)."""
     from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
 
     from dataflow_core.spark.tables import table_path
 
@@ -233,15 +232,16 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
     if hours < 168:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
+    from dataflow_core.pipelines import get
+    from dataflow_core.spark.microbatch import expire_seen_ids, seen_table
+
     for table in pipeline_tables(spark, pipeline):
         delta = DeltaTable.forPath(spark, table_path(spark, table))
         entry: dict[str, Any] = {}
-        if "expires_at" in delta.toDF().columns:
-            expired = delta.toDF().where(F.col("expires_at") < F.current_timestamp()).count()
-            if expired:
-                delta.delete(F.col("expires_at") < F.current_timestamp())
+        if table == seen_table(get(pipeline)):
+            expired = expire_seen_ids(spark, get(pipeline))
             entry["expired_rows_deleted"] = expired
-            say(f"{table}: {expired:,} expired duplicate-detection rows deleted")
+            say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
         metrics = delta.optimize().executeCompaction().collect()
         compaction = metrics[0]["metrics"] if metrics else None
         entry["files_removed"] = int(compaction["numFilesRemoved"]) if compaction else 0

@@ -432,6 +432,27 @@ def _remember(spark, spec: PipelineSpec, els: "DataFrame", n: int, old_wm: Insta
     outputs.merge_rows(spark, name, rows, ["event_id"], delete=True, update=False, txn=txn(name))
 
 
+def expire_seen_ids(spark: "SparkSession", spec: PipelineSpec) -> int:
+    """Forget event ids beyond the horizon (see `_remember`) outside a batch: for
+    maintenance. Returns how many were deleted."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    name = seen_table(spec)
+    records = [r for r in _records(spark, spec) if r["status"] == "finished"]
+    if not table_exists(spark, name) or not records:
+        return 0
+    wm = json.loads(records[0]["watermarks"]).get("input", BEGINNING_OF_TIME)
+    if wm <= BEGINNING_OF_TIME:
+        return 0
+    horizon = wm - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
+    table = DeltaTable.forPath(spark, table_path(spark, name))
+    expired = table.toDF().where(F.col("event_ms") < F.lit(horizon)).count()
+    if expired:
+        table.delete(F.col("event_ms") < F.lit(horizon))
+    return expired
+
+
 def _fmt(ms: Instant) -> str:
     if ms >= END_OF_TIME:
         return "the end of time"

@@ -1,0 +1,130 @@
+"""Micro-batches on Spark and Delta: the same arrivals split into micro-batches give the
+arrival-order replay's pane history; a crash at a commit point followed by the same
+command leaves the tables of an uninterrupted run; duplicates count once across batches."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dataflow_core.model.time import format_instant
+from dataflow_core.spark.backfill import run_backfill
+from dataflow_core.spark.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.tables import read_table
+from tests.integration.test_backfill import DAY0, M, sessions_pipeline, to_rows, write_input
+
+_names = itertools.count()
+INTERVAL = 4 * M
+# Two users and ads, ingest delays from seconds to 15 minutes, a duplicate delivered 45 s
+# later (often in the next batch), a late view that merges two sessions.
+VIEWS = [("u1", "ad1", 1, 10, 5, True), ("u1", "ad1", 1, 200, 30, False), ("u2", "ad1", 1, 90, 1, True),
+         ("u1", "ad2", 1, 400, 100, False), ("u1", "ad1", 1, 640, 5, False), ("u1", "ad1", 1, 430, 400, False),
+         ("u2", "ad1", 1, 700, 30, False), ("u2", "ad2", 1, 720, 5, True)]
+
+
+def batches_of(rows):
+    t0 = min(r[5] for r in rows)
+    t0 -= t0 % INTERVAL
+    last = (max(r[5] for r in rows) - t0) // INTERVAL
+    return [(t0 + (b + 1) * INTERVAL, [r for r in rows if (r[5] - t0) // INTERVAL == b]) for b in range(last + 1)]
+
+
+def history(spark, table: str) -> Counter:
+    drop = {"run_id", "pane_id"}
+    return Counter(tuple(v for k, v in r.asDict().items() if k not in drop) for r in read_table(spark, table).collect())
+
+
+def test_micro_batches_equal_the_replay_with_the_same_batch_boundaries(spark):
+    rows = to_rows(VIEWS)
+    replayed = sessions_pipeline(f"t_mb_replay_{next(_names)}", "t_mb_replay_in")
+    write_input(spark, replayed.input_table, rows)
+    run_backfill(spark, replayed.name, "2024-05-01", "2024-05-02", replay=True, batch_interval="4m")
+
+    live = sessions_pipeline(f"t_mb_live_{next(_names)}", "t_mb_live_in")
+    totals = Counter()
+    for n, (end, batch) in enumerate(batches_of(rows)):
+        if batch:
+            write_input(spark, live.input_table, batch, mode="overwrite" if n == 0 else "append")
+        result = run_microbatch(spark, live.name, now=format_instant(end))
+        assert result.ledger_ok
+        totals.update({k: result.ledger[k] for k in ("read", "duplicates", "accepted")})
+    assert totals["read"] == len(rows) and totals["duplicates"] == len(rows) - len(VIEWS)
+    for a, b in zip(replayed.stages, live.stages):
+        assert history(spark, f"{b.output}_panes") == history(spark, f"{a.output}_panes"), b.output
+        assert history(spark, b.output) == history(spark, a.output)
+    log = read_table(spark, f"{live.stages[0].output}_panes")
+    assert log.where("is_retraction").count() > 0, "the late view must merge sessions"
+    read_table(spark, f"{live.stages[0].output}__state")  # registers it for SQL
+    state = spark.sql(f"SELECT user_id, ad_id, w.window_start, w.next_timer FROM {live.stages[0].output}__state "
+                      "LATERAL VIEW explode(windows) AS w")
+    assert state.count() > 0, "open windows are queryable in the state table"
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _cli(warehouse: Path, modules: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "crash_pipelines"}
+    env.pop(CRASH_ENV, None)
+    if crash:
+        env[CRASH_ENV] = crash
+    return subprocess.run([sys.executable, "-m", "dataflow_core", *args], env=env, capture_output=True,
+                          text=True, timeout=600)
+
+
+SLOW = os.environ.get("DATAFLOW_SLOW_TESTS") == "1"
+POINTS = ["t_crash_s-panes"] + [
+    pytest.param(p, marks=pytest.mark.skipif(not SLOW, reason="about 2 minutes each; DATAFLOW_SLOW_TESTS=1 runs them"))
+    for p in ("started", "quarantined", "deduplicated", "t_crash_s-results", "t_crash_s-state",
+              "t_crash_short-panes", "t_crash_short-state", "before-finish")
+]
+
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(tmp_path, point):
+    """Each run is a fresh process (the crash switch exits like kill -9 right after the
+    commit); the pipeline module is found through $DATAFLOW_PIPELINES."""
+    module = tmp_path / "crash_pipelines.py"
+    module.write_text(
+        "from tests.integration.test_backfill import sessions_pipeline\n"
+        "sessions_pipeline('t_crash', 't_crash_in')\n"
+    )
+    rows = to_rows(VIEWS)
+    batches = batches_of(rows)[:3]
+    results = {}
+    for run, crash in (("clean", None), ("crashed", point)):
+        wh = tmp_path / run
+        script = (
+            "from dataflow_core.spark.session import get_spark\n"
+            "from tests.integration.test_backfill import write_input\n"
+            "spark = get_spark('w', master='local[1]', warehouse=%r)\n"
+            "write_input(spark, 't_crash_in', %r)\n"
+        ) % (str(wh), [r for _, b in batches for r in b])
+        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=600,
+                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+        now = format_instant(batches[-1][0])
+        first = _cli(wh, tmp_path, "microbatch", "--pipeline", "t_crash", "--now", now, crash=crash)
+        if crash:
+            assert first.returncode == 137, first.stdout + first.stderr
+            assert f"exiting at {crash}" in first.stdout
+            again = _cli(wh, tmp_path, "microbatch", "--pipeline", "t_crash", "--now", now)
+            assert again.returncode == 0, again.stdout + again.stderr
+        else:
+            assert first.returncode == 0, first.stdout + first.stderr
+        results[run] = wh
+    from dataflow_core.spark.session import get_spark
+
+    spark = get_spark()
+    for table in ("t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short", "t_crash_s__state"):
+        clean = spark.read.format("delta").load(str(results["clean"] / table))
+        crashed = spark.read.format("delta").load(str(results["crashed"] / table))
+        cols = [c for c in clean.columns if c not in ("run_id", "pane_id", "state", "batch")]
+        as_text = lambda df: Counter(repr(tuple(r)) for r in df.select(*cols).collect())  # noqa: E731
+        assert as_text(clean) == as_text(crashed), table
