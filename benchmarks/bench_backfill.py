@@ -245,7 +245,7 @@ def run_reference(events_file: Path, memory: bool) -> dict:
     model = Pipeline.of(*(Stage(s.output, s.strategy, s.from_upstream) for s in spec.stages))
     if memory:
         tracemalloc.start()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     runner = ReferencePipelineRunner(model, BEGINNING_OF_TIME)
     estimator = spec.watermark()
     for b in range(max(by_batch) + 1):
@@ -258,7 +258,8 @@ def run_reference(events_file: Path, memory: bool) -> dict:
         runner.advance_watermark(estimator.update(
             Progress(batch_event_times=(min(times), max(times)) if times else (), processing_time=at)))
     seconds = time.perf_counter() - started
-    out = {"seconds": seconds, "events": len(rows), "panes": len(runner.outputs[0])}
+    out = {"seconds": seconds, "events": len(rows), "panes": len(runner.outputs[0]),
+           "cpu_s": time.process_time() - cpu_started}
     if memory:
         out["peak_bytes"] = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
@@ -269,14 +270,21 @@ def run_reference(events_file: Path, memory: bool) -> dict:
 
 
 class TreeSampler(threading.Thread):
-    """Peak of the summed RSS of a process and all its descendants (the JVM, workers)."""
+    """Peak of the summed RSS of a process and all its descendants (the JVM, workers), and
+    the CPU seconds they used (each process's last reading; the machine may be shared, so
+    CPU time is the steadier figure when other work competes for the cores)."""
 
     def __init__(self, pid: int, interval: float = 0.2):
         super().__init__(daemon=True)
         self.pid, self.interval = pid, interval
         self.peak = 0
         self.peak_by_kind: dict[str, int] = {}
+        self.cpu: dict[int, float] = {}
         self._done = threading.Event()
+
+    @property
+    def cpu_seconds(self) -> float:
+        return sum(self.cpu.values())
 
     def run(self) -> None:
         import psutil
@@ -293,6 +301,9 @@ class TreeSampler(threading.Thread):
                 break
             for p in procs:
                 try:
+                    times = p.cpu_times()
+                    self.cpu[p.pid] = times.user + times.system + (
+                        times.children_user + times.children_system if p.pid == self.pid else 0.0)
                     rss = p.memory_info().rss
                     kind = "jvm" if p.name().startswith("java") else (
                         "driver" if p.pid == self.pid else "python workers")
@@ -321,7 +332,7 @@ def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | 
     env.pop("DATAFLOW_WAREHOUSE", None)
     started = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    sampler = TreeSampler(proc.pid) if memory and what != "reference" else None
+    sampler = TreeSampler(proc.pid, 0.2 if memory else 0.5) if what != "reference" else None
     if sampler:
         sampler.start()
     stdout, stderr = proc.communicate()
@@ -332,12 +343,16 @@ def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | 
     line = next(x for x in reversed(stdout.splitlines()) if x.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
     result["wall_s"] = time.perf_counter() - started
-    if sampler:
+    if sampler and memory:
         result["peak_bytes"] = sampler.peak
         result["peak_by_kind"] = sampler.peak_by_kind
+    if sampler:  # the whole run's CPU, Spark's start included
+        result["cpu_s"] = sampler.cpu_seconds
     say = f"  {case}/{what}{' (memory)' if memory else ''}: "
     say += f"{result['seconds']:.1f} s" if "seconds" in result else "done"
-    if sampler:
+    if "cpu_s" in result:
+        say += f" ({result['cpu_s']:.0f} CPU s in all)"
+    if sampler and memory:
         say += f", peak {sampler.peak / 2**20:,.0f} MiB"
     print(say, flush=True)
     return result
@@ -432,6 +447,9 @@ def report(figures: dict) -> list[str]:
         title = f"{label} ({f['rows']:,} rows), time"
         lines.append(f"{title:<46} {f['backfill']['seconds']:>12.1f} s "
                      f"{f['baseline']['seconds']:>12.1f} s {f['time_ratio']:>7.2f}x  {goal}x / {limit}x ({verdict})")
+        if "cpu_s" in f["backfill"] and "cpu_s" in f["baseline"]:
+            lines.append(f"{'   CPU seconds, whole run (all processes)':<46} {f['backfill']['cpu_s']:>12.0f} s "
+                         f"{f['baseline']['cpu_s']:>12.0f} s {f['backfill']['cpu_s'] / f['baseline']['cpu_s']:>7.2f}x")
         if "memory_ratio" in f:
             lines.append(f"{'   peak memory (process tree RSS)':<46} {mib(f['backfill']['peak_bytes']):>14} "
                          f"{mib(f['baseline']['peak_bytes']):>14} {f['memory_ratio']:>7.2f}x")
@@ -439,6 +457,9 @@ def report(figures: dict) -> list[str]:
         f = figures["replay"]
         lines.append(f"{'3. replay, ' + format(f['events'], ',') + ' events, events/s':<46} {f['replay_eps']:>14,.0f} "
                      f"{f['reference_eps']:>14,.0f} {f['speedup']:>7.2f}x  {f['goal_eps']:,}/s (baseline: reference runner)")
+        if "cpu_s" in f["replay"]:
+            lines.append(f"{'   CPU seconds (replay run in all / reference)':<46} {f['replay']['cpu_s']:>12.0f} s "
+                         f"{f['reference']['cpu_s']:>12.1f} s")
         if "peak_bytes" in f["replay"]:
             lines.append(f"{'   peak memory (tree RSS / reference heap)':<46} {mib(f['replay']['peak_bytes']):>14} "
                          f"{mib(f['reference'].get('peak_bytes')):>14}")
