@@ -75,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
     config = SampleConfig(rows=args.rows, seed=42, start=START, span_hours=SPAN_HOURS, users=40, ads=8)
     step = _Steps()
     spark = get_spark("dataflow-demo", master=args.master, warehouse=args.warehouse)
+    _fresh_start(spark)
 
     step(f"generate {config.rows:,} sample views over {SPAN_HOURS} h into table video_events")
     summary = write_sample(spark, config, table="video_events", progress=step.detail)
@@ -196,6 +197,27 @@ def _run(args: argparse.Namespace) -> int:
     print(f"\ndemo {'finished' if ok else 'FAILED: a ledger does not balance'} in "
           f"{time.monotonic() - step.started:.0f} s", flush=True)
     return 0 if ok else 1
+
+
+DEMO_TABLES = (
+    "video_events_quarantine", "billing", "billing_panes", "ad_sessions", "ad_sessions_panes",
+    "ad_short_sessions", "ad_short_sessions_panes", "ad_sessions__state", "ad_short_sessions__state",
+    "ad_sessions__seen_ids", "dataflow_runs", "dataflow_watermarks", "dataflow_batches", "_dataflow_checkpoints",
+)
+
+
+def _fresh_start(spark) -> None:
+    """The demo regenerates its input, so it starts its outputs, live state and stream
+    checkpoints afresh (a stream cannot continue over an overwritten input)."""
+    from dataflow_core.spark.session import warehouse_root
+
+    jvm = spark.sparkContext._jvm
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for name in DEMO_TABLES:
+        path = jvm.org.apache.hadoop.fs.Path(f"{warehouse_root(spark)}/{name}")
+        fs = path.getFileSystem(conf)
+        if fs.exists(path):
+            fs.delete(path, True)
 
 
 def _ledger(step: _Steps, result) -> bool:
