@@ -207,11 +207,10 @@ def gate_input(
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
     `<input>_quarantine` (same row ids as the backfill's, so a row is there once)."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from dataflow_core.quality.split import failed_rules
-    from dataflow_core.spark.tables import register_table, table_exists, table_path
+    from dataflow_core.spark.pipeline_input import write_quarantine
 
     spec = _spec(pipeline)
     rules = input_rules(spec)
@@ -223,32 +222,16 @@ def gate_input(
         input_cols = [c for c in frame.columns if not c.startswith("dataflow_")]
         tagged = frame.withColumn("_failed", failed_rules(rules))
         bad = tagged.where(F.size("_failed") > 0).select(
-            *input_cols,
-            F.array_join("_failed", "; ").alias(REASON),
-            F.lit(spec.name).alias("pipeline"),
-            F.lit(run_id).alias("run_id"),
-            F.current_timestamp().alias("quarantined_at"),
-            F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
+            *input_cols, F.array_join("_failed", "; ").alias(REASON),
         ).persist()
         quarantined = bad.count()
-        table = f"{spec.input_table}_quarantine"
         if quarantined:
-            path = table_path(spark, table)
-            if not table_exists(spark, table):
-                bad.limit(0).write.format("delta").save(path)
-            target = DeltaTable.forPath(spark, path)
-            if "row_id" not in target.toDF().columns:
-                raise DataflowError(
-                    f"table {table} exists with another layout (no row_id column; written by an "
-                    "older demo?); move it away and run again"
-                )
-            target.alias("t").merge(bad.alias("s"), "t.row_id = s.row_id").whenNotMatchedInsertAll().execute()
-            register_table(spark, table)
+            write_quarantine(spark, spec, bad, run_id)
         bad.unpersist()
     finally:
         frame.unpersist()
     notes = (f"range [{_iso(start)}, {_iso(end)}) of table {spec.input_table}",)
-    return GateOutcome("input", spec.input_table, report, n, quarantined, table, notes)
+    return GateOutcome("input", spec.input_table, report, n, quarantined, f"{spec.input_table}_quarantine", notes)
 
 
 def _iso(value) -> str:

@@ -36,7 +36,7 @@ from dataflow_core.spark import outputs
 from dataflow_core.spark.batch import final_values
 from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.pipeline_input import (
-    EventRange, count_rows, elements, quarantined, read_rows, tag_rows,
+    EventRange, count_rows, elements, quarantined, read_rows, tag_rows, write_quarantine,
 )
 from dataflow_core.spark.runs import Ledger, Run, RunResult, finish_run, record_watermarks, start_run
 from dataflow_core.spark.upstream import elements_from_panes, results_as_panes
@@ -124,38 +124,10 @@ def _read(spark, spec: PipelineSpec, span: EventRange, read_span: EventRange, ru
     counts = count_rows(core)
     ledger.read, ledger.quarantined = counts.read, counts.quarantined
     if counts.quarantined:
-        _quarantine(spark, spec, quarantined(core), run)
+        write_quarantine(spark, spec, quarantined(core), run.run_id)
     say(f"read {counts.read:,} rows of {spec.input_table} in the range, {counts.quarantined:,} quarantined "
         f"(table {spec.input_table}_quarantine)")
     return tagged
-
-
-def _quarantine(spark, spec: PipelineSpec, bad: "DataFrame", run: Run) -> None:
-    from delta.tables import DeltaTable
-    from pyspark.sql import functions as F
-
-    from dataflow_core.spark.tables import register_table, table_exists, table_path
-
-    name = f"{spec.input_table}_quarantine"
-    input_cols = [c for c in bad.columns if c != "quarantine_reason"]
-    rows = bad.select(
-        *bad.columns,
-        F.lit(spec.name).alias("pipeline"),
-        F.lit(run.run_id).alias("run_id"),
-        F.current_timestamp().alias("quarantined_at"),
-        F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
-    )
-    path = table_path(spark, name)
-    if not table_exists(spark, name):
-        rows.limit(0).write.format("delta").save(path)
-    target = DeltaTable.forPath(spark, path)
-    if "row_id" not in target.toDF().columns:
-        raise DataflowError(
-            f"table {name} exists with another layout (no row_id column; written by an older demo?); "
-            "move it away and run again"
-        )
-    (target.alias("t").merge(rows.alias("s"), "t.row_id = s.row_id").whenNotMatchedInsertAll().execute())
-    register_table(spark, name)
 
 
 # --- batch --------------------------------------------------------------------------
@@ -384,7 +356,7 @@ def _replay(spark, spec: PipelineSpec, span: EventRange, interval: int, run: Run
         steps.append(Step((b,), at, wm))
     schedule = Schedule(steps, BEGINNING_OF_TIME)
     say(f"{unique:,} unique events in {len(steps):,} micro-batches of {interval // 1000}s; "
-        f"watermark ends at {_fmt(steps[-1].watermark)}")
+        f"watermark ends at {format_watermark(steps[-1].watermark)}")
     record_watermarks(spark, run, spec.stages[0].output, [(n, s.time, s.watermark) for n, s in enumerate(steps)])
     first = spec.stages[0]
     arrivals = batches.select(
@@ -438,7 +410,8 @@ def _write_history(spark, stage: StageSpec, out: "DataFrame", run: Run, ledger: 
     say(f"stage {stage.output}: {p:,} panes and {r:,} retractions ({written:,} new in {stage.output}_panes)")
 
 
-def _fmt(ms: Instant) -> str:
+def format_watermark(ms: Instant) -> str:
+    """A watermark for messages: an instant, or the beginning or end of time."""
     if ms >= END_OF_TIME:
         return "the end of time"
     if ms <= BEGINNING_OF_TIME:

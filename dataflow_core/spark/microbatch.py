@@ -36,8 +36,9 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import WATERMARK, TIMERS, HoldSpan, Schedule, Step, downstream_schedule
 from dataflow_core.spark import outputs
+from dataflow_core.spark.backfill import format_watermark
 from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
-from dataflow_core.spark.pipeline_input import elements, quarantined, tag_rows
+from dataflow_core.spark.pipeline_input import elements, quarantined, tag_rows, write_quarantine
 from dataflow_core.spark.runs import Ledger, RunResult
 from dataflow_core.spark.session import warehouse_root
 from dataflow_core.spark.tables import read_table, register_table, table_exists, table_path
@@ -248,7 +249,7 @@ def _process(spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, 
         counts = tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size("_dataflow_failed") > 0).alias("bad")).first()
         ledger.read, ledger.quarantined = int(counts["read"]), int(counts["bad"])
         if ledger.quarantined:
-            _quarantine(spark, spec, quarantined(tagged), n, txn)
+            write_quarantine(spark, spec, quarantined(tagged), f"batch-{n}", txn("quarantine"))
         _crash_point("quarantined")
         candidates = elements(spec, tagged)
         seen = _as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
@@ -264,7 +265,7 @@ def _process(spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, 
     lo_hi = (stats["lo"], stats["hi"]) if stats and stats["lo"] is not None else ()
     new_wm = estimator.update(Progress(batch_event_times=lo_hi, processing_time=rec.now))
     say(f"batch {n} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
-        f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {_fmt(new_wm)}")
+        f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {format_watermark(new_wm)}")
 
     schedule = Schedule([Step((n,), rec.now, new_wm)], old_wm, start_time=prev_now)
     if els is not None:
@@ -403,19 +404,6 @@ def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> 
     return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
 
 
-def _quarantine(spark, spec: PipelineSpec, bad: "DataFrame", n: int, txn) -> None:
-    from pyspark.sql import functions as F
-
-    input_cols = [c for c in bad.columns if c != "quarantine_reason"]
-    rows = bad.select(
-        *bad.columns, F.lit(spec.name).alias("pipeline"), F.lit(f"batch-{n}").alias("run_id"),
-        F.current_timestamp().alias("quarantined_at"),
-        F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
-    ).withColumn("_delete", F.lit(False))
-    outputs.merge_rows(spark, f"{spec.input_table}_quarantine", rows, ["row_id"], delete=False, update=False,
-                       txn=txn("quarantine"))
-
-
 def _remember(spark, spec: PipelineSpec, els: "DataFrame", n: int, old_wm: Instant, txn) -> None:
     """New event ids join the seen set; ids further behind the watermark than the first
     stage's allowed lateness plus a day are forgotten (a delivery that late would be
@@ -451,11 +439,3 @@ def expire_seen_ids(spark: "SparkSession", spec: PipelineSpec) -> int:
     if expired:
         table.delete(F.col("event_ms") < F.lit(horizon))
     return expired
-
-
-def _fmt(ms: Instant) -> str:
-    if ms >= END_OF_TIME:
-        return "the end of time"
-    if ms <= BEGINNING_OF_TIME:
-        return "the beginning of time"
-    return format_instant(ms)

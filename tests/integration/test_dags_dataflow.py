@@ -181,9 +181,6 @@ def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path
 
 
 def test_microbatch_dag(airflow_home, sample_wh, tmp_path):
-    if importlib.util.find_spec("dataflow_core.spark.microbatch") is None:
-        pytest.skip("dataflow_core.spark.microbatch (issue 7) is not in this checkout yet: "
-                    "no micro-batch to run")
     result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__billing", DATAFLOW_WAREHOUSE=str(sample_wh))
     assert _dag_run_state(result.stdout) == "success"
     assert "micro-batch " in result.stdout and "suite billing_panes: PASSED" in result.stdout
