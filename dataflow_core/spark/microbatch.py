@@ -18,6 +18,17 @@ Exactly once: every write of batch N is a Delta commit under the idempotent key
 (`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
 retry reads state and seen ids as of the versions recorded when the batch started (time
 travel), so it computes exactly what the first attempt did.
+
+Fenced (MillWheel's sequencer): each attempt at batch N claims it with a `started` row in
+`dataflow_batches` under the idempotent key (`...:batches:started`, N*1000 + attempt), so
+of two runs claiming the same attempt exactly one commits (the other is refused). A later
+attempt (a retry after a crash, or a second run while the first still goes) supersedes the
+earlier one: before each of its commits a run checks that no later attempt claimed its
+batch, and stops with a clear message if one did. Both attempts compute the same rows from
+the same recorded versions and write them under the same keys, so whichever commits first
+wins and the other's commit is skipped: the tables are those of one run. A run whose input
+is behind what is committed (its stream batch already finished, or a recreated stream
+checkpoint) writes nothing.
 """
 
 from __future__ import annotations
@@ -26,7 +37,9 @@ import datetime as dt
 import json
 import os
 import pickle
+import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -50,16 +63,23 @@ if TYPE_CHECKING:
 BATCHES_TABLE = "dataflow_batches"
 BATCHES_SCHEMA = (
     "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
-    "recorded_at timestamp, versions string, watermarks string, estimator binary, ledger string"
+    "recorded_at timestamp, versions string, watermarks string, estimator binary, ledger string, "
+    "attempt int, run_token string, stream_id string"
 )
 CRASH_ENV = "DATAFLOW_CRASH_AT"
 """Test switch: the process exits (as if killed) right after the named commit point."""
 SEEN_HORIZON = parse_duration("1d")
 BUSY_EXIT = 75
+WAKE_COLUMNS = ("wake_timer", "wake_watermark")
+"""The state table is clustered on when each key next needs a visit (OPTIMIZE, run by the
+maintenance DAG, lays it out so), so finding a batch's due keys skips the files of the rest."""
+ATTEMPTS = 1000
+"""Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
 
 
 class PipelineBusy(DataflowError):
-    """Another run of the same pipeline holds its stream checkpoint."""
+    """Another run of the same pipeline holds it: it claimed this batch first, took it over,
+    or holds the stream checkpoint."""
 
 
 def state_table(stage: StageSpec) -> str:
@@ -85,18 +105,31 @@ class BatchRecord:
     stream_batch: int | None
     now: Instant
     versions: dict[str, int]
-    status: str = "started"
+    attempt: int = 0
+    token: str = ""
+    stream_id: str | None = None
     watermarks: dict[str, Instant] = field(default_factory=dict)
     estimator: Any = None
 
 
-def _records(spark, spec: PipelineSpec) -> list[dict]:
+def _batches(spark, spec: PipelineSpec) -> "DataFrame | None":
     from pyspark.sql import functions as F
 
     if not table_exists(spark, BATCHES_TABLE):
+        return None
+    return read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name)
+
+
+def _records(spark, spec: PipelineSpec) -> list[dict]:
+    """The newest records: per batch 'finished' first, then attempts newest first."""
+    from pyspark.sql import functions as F
+
+    batches = _batches(spark, spec)
+    if batches is None:
         return []
-    rows = read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name).orderBy(
-        F.col("batch").desc(), F.col("status").asc()  # 'finished' before 'started' per batch
+    attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
+    rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
+        F.col("batch").desc(), F.col("status").asc(), F.col("_attempt").desc()
     ).limit(4).collect()
     return [r.asDict() for r in rows]
 
@@ -106,16 +139,52 @@ def _append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, led
         spec.name, rec.batch, rec.stream_batch, rec.now, dt.datetime.fromtimestamp(rec.now / 1000, dt.timezone.utc),
         status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
         pickle.dumps(rec.estimator) if rec.estimator is not None else None,
-        json.dumps(ledger.as_dict()) if ledger else None,
+        json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id,
     )
+    version = rec.batch * ATTEMPTS + rec.attempt if status == "started" else rec.batch
     df = spark.createDataFrame([row], BATCHES_SCHEMA)
-    path = table_path(spark, BATCHES_TABLE)
     (
-        df.write.format("delta").mode("append")
-        .option("txnAppId", f"dataflow:{spec.name}:batches:{status}").option("txnVersion", rec.batch)
-        .save(path)
+        df.write.format("delta").mode("append").option("mergeSchema", "true")
+        .option("txnAppId", f"dataflow:{spec.name}:batches:{status}").option("txnVersion", version)
+        .save(table_path(spark, BATCHES_TABLE))
     )
     register_table(spark, BATCHES_TABLE)
+
+
+def _claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
+    """Claim attempt `rec.attempt` at batch `rec.batch`; refused when another run claimed it
+    first (Delta commits at most one row per idempotent key)."""
+    from pyspark.sql import functions as F
+
+    failure: Exception | None = None
+    try:
+        _append_record(spark, spec, rec, "started", None)
+    except Exception as exc:  # a concurrent claim of the same key fails the loser's commit
+        failure = exc
+    mine = _batches(spark, spec).where(
+        (F.col("batch") == rec.batch) & (F.col("status") == "started") & (F.col("attempt") == rec.attempt)
+    ).select("run_token").collect()
+    if mine and mine[0]["run_token"] != rec.token:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r} is already running: another run claimed batch {rec.batch} "
+            f"(attempt {rec.attempt}) first; this run stopped without writing"
+        )
+    if not mine:
+        raise failure or DataflowError(f"pipeline {spec.name!r}: the claim of batch {rec.batch} did not commit")
+
+
+def _fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
+    """Stop before a commit if a later attempt took this batch over (this run is a zombie)."""
+    from pyspark.sql import functions as F
+
+    latest = _batches(spark, spec).where((F.col("batch") == rec.batch) & (F.col("status") == "started")).agg(
+        F.max("attempt").alias("a")).first()["a"]
+    if latest is not None and latest > rec.attempt:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r}: another run took over batch {rec.batch} (attempt {latest}) while "
+            f"this one (attempt {rec.attempt}) was still going; this run stopped, and what it had "
+            "committed is exactly what the other commits"
+        )
 
 
 def _version(spark, name: str) -> int:
@@ -150,22 +219,29 @@ def run_microbatch(
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
+    token = uuid.uuid4().hex
     done: list[tuple[BatchRecord, Ledger]] = []
     pending = _records(spark, spec)
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
-        done.append(_process(spark, spec, None, None, now_ms, say))
+        done.append(_process(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"]))
     if not table_exists(spark, spec.input_table):
         raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
     checkpoint = f"{warehouse_root(spark)}/_dataflow_checkpoints/{spec.name}"
     failures: list[BaseException] = []
+    started = threading.Event()
+    stream: dict[str, Any] = {"batches": 0}
 
     def each(df: "DataFrame", stream_batch: int) -> None:
+        stream["batches"] += 1
+        started.wait(60)
         try:
-            done.append(_process(spark, spec, df, stream_batch, now_ms, say))
+            result = _process(spark, spec, df, stream_batch, now_ms, say, token, stream.get("id"))
         except BaseException as exc:  # re-raised below as itself, not as a stream error
             failures.append(exc)
             raise
+        if result is not None:
+            done.append(result)
 
     query = (
         spark.readStream.format("delta").load(table_path(spark, spec.input_table))
@@ -174,6 +250,8 @@ def run_microbatch(
         .trigger(availableNow=True)
         .start()
     )
+    stream["id"] = str(query.id)
+    started.set()
     try:
         query.awaitTermination()
     except StreamingQueryException as exc:
@@ -186,8 +264,14 @@ def run_microbatch(
                 f"{checkpoint} is taken); this run stopped without writing"
             ) from None
         raise
-    if not any(rec.stream_batch is not None for rec, _ in done):
-        done.append(_process(spark, spec, None, None, now_ms, say))
+    if not stream["batches"]:
+        tick = _process(spark, spec, None, None, now_ms, say, token, stream["id"])
+        if tick is not None:
+            done.append(tick)
+    if not done:
+        last = _records(spark, spec)[0]
+        say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])}: nothing to do")
+        return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
     total = Ledger()
     for _, ledger in done:
         for k in ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions"):
@@ -200,19 +284,55 @@ def run_microbatch(
     return RunResult(f"{spec.name}-batch-{last.batch}", total.as_dict(), last.now)
 
 
-def _begin(spark, spec: PipelineSpec, stream_batch: int | None, now_ms: Instant) -> tuple[BatchRecord, dict | None]:
-    """This batch's record (resumed when a retry), and the last finished one."""
+def _committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None, int | None]:
+    """The last finished batch that consumed stream input: its stream batch, the stream's
+    query id and the batch number."""
+    from pyspark.sql import functions as F
+
+    batches = _batches(spark, spec)
+    if batches is None:
+        return None, None, None
+    row = batches.where((F.col("status") == "finished") & F.col("stream_batch").isNotNull()).agg(
+        F.max_by("stream_batch", "batch").alias("s"),
+        F.max_by("stream_id" if "stream_id" in batches.columns else F.lit(None).cast("string"), "batch").alias("id"),
+        F.max("batch").alias("b"),
+    ).first()
+    return row["s"], row["id"], row["b"]
+
+
+def _begin(
+    spark, spec: PipelineSpec, stream_batch: int | None, now_ms: Instant, token: str, stream_id: str | None,
+) -> tuple[BatchRecord, dict | None] | None:
+    """This batch's record, claimed (a retry resumes the unfinished batch with the next
+    attempt), and the last finished one; None when there is nothing to do: the stream
+    re-delivered a batch that already finished, or a tick at the last batch's time."""
     records = _records(spark, spec)
     last_finished = next((r for r in records if r["status"] == "finished"), None)
     latest = records[0] if records else None
-    if latest and latest["status"] == "started" and latest["stream_batch"] == stream_batch:
-        rec = BatchRecord(latest["batch"], stream_batch, latest["now_ms"], json.loads(latest["versions"]))
-        return rec, last_finished
+    if stream_batch is not None:
+        done_stream, done_id, done_batch = _committed_stream(spark, spec)
+        if done_id is not None and stream_id is not None and done_id != stream_id:
+            raise DataflowError(
+                f"pipeline {spec.name!r}: its stream checkpoint was recreated (stream {stream_id}, but batch "
+                f"{done_batch} was read by stream {done_id}); it would read the input again from the start. "
+                "Restore the checkpoint, or start the pipeline afresh (its outputs, state and dataflow_batches rows)"
+            )
+        if done_stream is not None and stream_batch <= done_stream:
+            return None  # input behind the committed state: already processed as batch <= done_batch
     if latest and latest["status"] == "started":
-        raise DataflowError(
-            f"pipeline {spec.name!r}: batch {latest['batch']} did not finish and is not the one "
-            "the stream delivers now; its checkpoint and dataflow_batches disagree"
-        )
+        if latest["stream_batch"] != stream_batch:
+            raise DataflowError(
+                f"pipeline {spec.name!r}: batch {latest['batch']} did not finish and is not the one "
+                "the stream delivers now; its checkpoint and dataflow_batches disagree"
+            )
+        rec = BatchRecord(latest["batch"], stream_batch, latest["now_ms"], json.loads(latest["versions"]),
+                          attempt=(latest.get("attempt") or 0) + 1, token=token, stream_id=stream_id)
+        if rec.attempt >= ATTEMPTS:
+            raise DataflowError(f"pipeline {spec.name!r}: batch {rec.batch} was attempted {ATTEMPTS} times; giving up")
+        _claim(spark, spec, rec)
+        return rec, last_finished
+    if stream_batch is None and last_finished and now_ms == last_finished["now_ms"]:
+        return None  # a tick at the same processing time fires nothing new
     number = (last_finished["batch"] + 1) if last_finished else 0
     if last_finished and now_ms < last_finished["now_ms"]:
         raise DataflowError(
@@ -220,18 +340,32 @@ def _begin(spark, spec: PipelineSpec, stream_batch: int | None, now_ms: Instant)
             f"{format_instant(last_finished['now_ms'])}; processing time never moves back"
         )
     names = [seen_table(spec)] + [state_table(s) for s in spec.stages]
-    rec = BatchRecord(number, stream_batch, now_ms, {n: _version(spark, n) for n in names})
-    _append_record(spark, spec, rec, "started", None)
+    rec = BatchRecord(number, stream_batch, now_ms, {n: _version(spark, n) for n in names},
+                      token=token, stream_id=stream_id)
+    _claim(spark, spec, rec)
     _crash_point("started")
     return rec, last_finished
 
 
-def _process(spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, now_ms, say) -> tuple[BatchRecord, Ledger]:
+def _process(
+    spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, now_ms, say, token: str, stream_id,
+) -> tuple[BatchRecord, Ledger] | None:
     from pyspark.sql import functions as F
 
-    rec, prev = _begin(spark, spec, stream_batch, now_ms)
+    begun = _begin(spark, spec, stream_batch, now_ms, token, stream_id)
+    if begun is None:
+        if stream_batch is not None:
+            say(f"stream batch {stream_batch} was already processed and committed; writing nothing")
+        return None
+    rec, prev = begun
     n = rec.batch
-    txn = lambda table: (f"dataflow:{spec.name}:{table}", n)  # noqa: E731
+
+    def txn(table: str) -> outputs.Txn:
+        """The idempotent key of this batch's commit to `table`, once sure no later attempt
+        took the batch over."""
+        _fence(spark, spec, rec)
+        return f"dataflow:{spec.name}:{table}", n
+
     prev_wms = json.loads(prev["watermarks"]) if prev else {}
     prev_now = prev["now_ms"] if prev else BEGINNING_OF_TIME
     estimator = pickle.loads(prev["estimator"]) if prev and prev["estimator"] else spec.watermark()
@@ -305,6 +439,7 @@ def _process(spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, 
     rec.watermarks = watermarks
     rec.estimator = estimator
     _crash_point("before-finish")
+    _fence(spark, spec, rec)
     _append_record(spark, spec, rec, "finished", ledger)
     return rec, ledger
 
@@ -379,11 +514,15 @@ def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> 
 
     run_id = f"batch-{rec.batch}"
     panes = out.where("kind = 'pane'")
-    counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r")).first()
-    outputs.write_panes(spark, stage, outputs.pane_rows(stage, panes, run_id), txn=txn(f"{stage.output}_panes"))
+    counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r"),
+                       F.min("window_end").alias("end")).first()
+    emitted = counts["p"] + counts["r"] > 0
+    if emitted:
+        outputs.write_panes(spark, stage, outputs.pane_rows(stage, panes, run_id), txn=txn(f"{stage.output}_panes"))
     _crash_point(f"{stage.output}-panes")
-    if stage.keeps_results:
-        outputs.merge_results(spark, stage, outputs.final_rows(stage, panes, run_id), txn=txn(stage.output))
+    if stage.keeps_results and emitted:
+        outputs.merge_results(spark, stage, outputs.final_rows(stage, panes, run_id), txn=txn(stage.output),
+                              window_end_from=counts["end"])
     _crash_point(f"{stage.output}-results")
     ts = lambda c: F.when(F.abs(F.col(c)) < F.lit(END_OF_TIME - 1), F.timestamp_millis(F.col(c)))  # noqa: E731
     state_rows = out.where("kind = 'state'").select(
@@ -399,7 +538,7 @@ def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> 
         F.col("state").isNull().alias("_delete"),
     )
     outputs.merge_rows(spark, state_table(stage), state_rows, list(stage.key_columns), delete=True, update=True,
-                       txn=txn(state_table(stage)))
+                       txn=txn(state_table(stage)), cluster_by=WAKE_COLUMNS)
     _crash_point(f"{stage.output}-state")
     return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
 

@@ -1,8 +1,9 @@
 """A stage's two output tables, written through Delta `MERGE`.
 
 - `<output>_panes`, the pane log: append-only; each pane has a deterministic `pane_id`
-  (stage, key, window, index, retraction, emission time), inserted only when not already
-  there, so a retried run never writes a pane twice.
+  (stage, key, window, index, retraction, emission time). A retried micro-batch appends
+  nothing twice (Delta's idempotent key); a backfill inserts only the panes not already
+  there, so a re-run writes nothing twice.
 - `<output>`, the current results: per key and window the value a reader should believe
   now. A pane replaces its row; a retraction with no replacement (a session merged away)
   deletes it.
@@ -116,32 +117,56 @@ def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def write_panes(spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None) -> int:
-    """Insert the pane-log rows not already there; returns how many were inserted."""
+def write_panes(spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None) -> int | None:
+    """Insert the pane-log rows not already there; returns how many were inserted (None
+    when appended under an idempotent key, which counts nothing).
+
+    Under an idempotent key (a micro-batch) the rows are appended: Delta skips the append
+    if the key already committed, and the cost stays that of the batch, not of the log.
+    Without one (a backfill, which may be re-run with the same panes) they are merged on
+    `pane_id`."""
     name = panes_table(stage)
-    return merge_rows(spark, name, rows, ["pane_id"], delete=False, update=False, txn=txn)
+    if txn is None:
+        return merge_rows(spark, name, rows, ["pane_id"], delete=False, update=False)
+    rows.write.format("delta").mode("append").option("txnAppId", txn[0]).option("txnVersion", txn[1]).save(
+        table_path(spark, name))
+    register_table(spark, name)
+    return None
 
 
-def merge_results(spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None) -> int:
-    """Replace (or delete, where `_delete`) each key and window's results row."""
+def merge_results(
+    spark: "SparkSession", stage: StageSpec, rows: "DataFrame", txn: Txn | None = None,
+    window_end_from: int | None = None,
+) -> int:
+    """Replace (or delete, where `_delete`) each key and window's results row.
+
+    `window_end_from` (ms), when no row ends earlier, lets Delta skip the files of older
+    windows, so a micro-batch's MERGE reads what is recent rather than all of history."""
     keys = [*stage.key_columns, "window_start", "window_end"]
-    return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn)
+    prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
+    return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn, target_filter=prune)
 
 
 def merge_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
-    txn: Txn | None = None,
+    txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
 ) -> int:
-    """MERGE `rows` into table `name` (created empty first if missing) on `keys`."""
+    """MERGE `rows` into table `name` (created empty first if missing, with Delta's liquid
+    clustering on `cluster_by`) on `keys`, and on `target_filter` (a condition on the
+    target `t` that every matching row meets)."""
     from delta.tables import DeltaTable
 
     if not table_exists(spark, name):
         empty = rows.drop("_delete").limit(0)
-        empty.write.format("delta").save(table_path(spark, name))
+        if cluster_by:
+            (DeltaTable.createIfNotExists(spark).location(table_path(spark, name))
+             .addColumns(empty.schema).clusterBy(*cluster_by).execute())
+        else:
+            empty.write.format("delta").save(table_path(spark, name))
         register_table(spark, name)
     target = DeltaTable.forPath(spark, table_path(spark, name))
     version = target.history(1).collect()[0]["version"]
-    cond = " AND ".join(f"t.`{k}` <=> s.`{k}`" for k in keys)
+    cond = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + ([target_filter] if target_filter else []))
     columns = [c for c in rows.columns if c != "_delete"]
     values = {f"`{c}`": f"s.`{c}`" for c in columns}
     m = target.alias("t").merge(rows.alias("s"), cond)
