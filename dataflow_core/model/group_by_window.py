@@ -253,6 +253,65 @@ class KeyedWindowSet:
                 holds.append(ws.ts_min)
         return min(holds, default=END_OF_TIME)
 
+    # --- corrections --------------------------------------------------------------
+
+    def restate(
+        self, corrections: Sequence[tuple[Window, Pane | None]], elements: Iterable[Element], watermark: Instant,
+    ) -> None:
+        """Adopt a batch backfill's corrections of this key's windows so that later input
+        carries on from them, not from what the live run had.
+
+        Each corrected window's accumulator is rebuilt from `elements` (all of the key's
+        input the backfill read), the pane the backfill wrote becomes its last pane (the one
+        a later pane retracts) and nothing is pending; its trigger state is the live
+        window's (or its parts', merged). A correction to None removes that window (first).
+        With a merging WindowFn a corrected window replaces the live windows it overlaps. Windows
+        past garbage collection at `watermark` are not kept."""
+        s = self.strategy
+        accs = self._accumulate(elements) if s.accumulation.accumulates else {}
+        for w, pane in corrections:
+            if pane is None:
+                self.windows.pop(w, None)
+        for w, pane in corrections:
+            if pane is None:
+                continue
+            replaced = [v for v in self.windows if v == w or (s.window_fn.is_merging and _overlap(v, w))]
+            old = [self.windows.pop(v) for v in self._ordered(replaced)]
+            if s.gc_time(w) <= watermark:
+                continue
+            same = next((st for st in old if st.window == w), None)
+            if same is not None:
+                trigger = same.trigger
+            elif old:
+                trigger = s.trigger.on_merge([st.trigger for st in old], self._ctx(w, pane.emitted_at, watermark))
+            else:
+                trigger = s.trigger.new_state()
+            ws = WindowState(
+                window=w, trigger=trigger, acc=accs.get(w, s.combiner.create_accumulator()),
+                on_time=OnTime.BEFORE if watermark < w.end else OnTime.DONE,
+                next_index=pane.index + 1,
+                next_on_time_index=(
+                    pane.on_time_index + 1 if pane.on_time_index is not None
+                    else same.next_on_time_index if same is not None else 0
+                ),
+                standing=pane if s.accumulation is AccumulationMode.RETRACTING else None,
+            )
+            self._refresh_timers(ws)
+            self.windows[w] = ws
+
+    def _accumulate(self, elements: Iterable[Element]) -> dict[Window, Any]:
+        """Every window of `elements` (merged, for a merging WindowFn) with its accumulator."""
+        s = self.strategy
+        accs: dict[Window, Any] = {}
+        for el in elements:
+            for w in s.window_fn.assign(AssignContext(self.key, el.value, el.timestamp)):
+                acc = accs[w] if w in accs else s.combiner.create_accumulator()
+                accs[w] = s.combiner.retract_input(acc, el.value) if el.retraction else s.combiner.add_input(acc, el.value)
+        if s.window_fn.is_merging:
+            for result, parts in s.window_fn.merge(list(accs)):
+                accs[result] = s.combiner.merge_accumulators([accs.pop(p) for p in parts])
+        return accs
+
     # --- output -----------------------------------------------------------------
 
     def _fire(self, ws: WindowState, ctx: TriggerContext, last: bool) -> list[Pane]:
@@ -325,3 +384,7 @@ def _least(values: Iterable[Instant | None]) -> Instant | None:
 def _greatest(values: Iterable[Instant | None]) -> Instant | None:
     present = [v for v in values if v is not None]
     return max(present) if present else None
+
+
+def _overlap(a: Window, b: Window) -> bool:
+    return a.start < b.end and b.start < a.end

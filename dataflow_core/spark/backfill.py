@@ -143,6 +143,9 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say) -> 
             f"pipeline {spec.name!r}: stage {first.output!r} has one global window, which no "
             "event-time range owns; backfill needs interval windows in the first stage"
         )
+    from dataflow_core.spark.live_state import live_watermarks
+
+    live = live_watermarks(spark, spec)  # refuses while a micro-batch is unfinished
     ledger = Ledger()
     before, after = _margins(wfn)
     finals = None
@@ -169,17 +172,36 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say) -> 
     ledger.aggregated = unique  # a perfect watermark leaves nothing late
     say(f"{unique:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
     owned = (F.col("window_start") >= F.lit(span.start)) & (F.col("window_start") < F.lit(span.end))
-    _correct(spark, first, finals, run, ledger, say, owned_ms=owned)
+    _correct(spark, first, finals, run, ledger, say, owned_ms=owned, corrected=_live(spark, spec, first, els, live, run, say))
     finals.unpersist()
     els.unpersist()
     for up, stage in zip(spec.stages, spec.stages[1:]):
         current = outputs.current_results(spark, up)
         if current is None:
             continue
-        mapped = elements_from_panes(results_as_panes(current, up), up, stage)
+        mapped = elements_from_panes(results_as_panes(current, up), up, stage).persist()
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
-        _correct(spark, stage, stage_finals.persist(), run, ledger, say, owned_ms=None)
+        _correct(spark, stage, stage_finals.persist(), run, ledger, say, owned_ms=None,
+                 corrected=_live(spark, spec, stage, mapped, live, run, say))
+        mapped.unpersist()
     return ledger
+
+
+def _live(spark, spec: PipelineSpec, stage: StageSpec, els: "DataFrame", live: dict | None, run: Run, say):
+    """When micro-batches run the pipeline: what carries a stage's corrections into their
+    state (and, for the first stage, the counted event ids into their seen ids)."""
+    if live is None:
+        return None
+    from dataflow_core.spark import live_state
+
+    def corrected(fixes: "DataFrame") -> None:
+        watermark = live.get(stage.output, BEGINNING_OF_TIME)
+        live_state.restate(spark, spec, stage, fixes, els, watermark, run.run_id)
+        if stage is spec.stages[0]:
+            live_state.mark_seen(spark, spec, stage, fixes, els, run.run_id)
+        say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+
+    return corrected
 
 
 def _margins(wfn) -> tuple[int, int]:
@@ -199,8 +221,12 @@ def _touches_edge(finals: "DataFrame", read: EventRange, gap: int, span: EventRa
     return bool(finals.where(near).limit(1).count())
 
 
-def _correct(spark, stage: StageSpec, finals: "DataFrame", run: Run, ledger: Ledger, say, owned_ms) -> None:
-    """Diff the recomputed windows against the stage's results; write the corrections."""
+def _correct(
+    spark, stage: StageSpec, finals: "DataFrame", run: Run, ledger: Ledger, say, owned_ms,
+    corrected: Callable[["DataFrame"], None] | None = None,
+) -> None:
+    """Diff the recomputed windows against the stage's results; write the corrections, and
+    hand them (`live_state.CORRECTION_COLUMNS`) to `corrected` (the live state's update)."""
     from pyspark.sql import functions as F
 
     keys = list(stage.key_columns)
@@ -279,6 +305,15 @@ def _correct(spark, stage: StageSpec, finals: "DataFrame", run: Run, ledger: Led
         F.count_if(F.col("has_r")).alias("corrected"),
     ).first()
     n_retractions = retract.count()
+    fixes = None
+    if corrected is not None:
+        # Taken now: the writes below make Spark recompute `changed` against the new results.
+        gone = changed.where(~F.col("has_c")).select(
+            *wid, F.lit(False).alias("present"), F.lit(None).cast(stage.value_type).alias("value"),
+            F.lit(None).cast("bigint").alias("ts"), F.lit("LATE").alias("timing"), F.lit(-1).alias("pane_index"),
+            F.lit(None).cast("int").alias("on_time_index"), F.lit(False).alias("is_retraction"),
+            now.alias("emitted_at"))
+        fixes = fresh.withColumn("present", F.lit(True)).unionByName(gone, allowMissingColumns=True).localCheckpoint()
     rows = outputs.pane_rows(stage, panes, run.run_id)
     written = outputs.write_panes(spark, stage, rows)
     if stage.keeps_results:
@@ -297,6 +332,8 @@ def _correct(spark, stage: StageSpec, finals: "DataFrame", run: Run, ledger: Led
         )
         deletes = results.limit(0).unionByName(gone, allowMissingColumns=True).withColumn("_delete", F.lit(True))
         outputs.merge_results(spark, stage, results.unionByName(deletes))
+    if fixes is not None:
+        corrected(fixes)  # type: ignore[misc]
     changed.unpersist()
     outcome = {"panes": int(counts["panes"]), "retractions": n_retractions, "corrected_windows": int(counts["corrected"])}
     ledger.per_stage[stage.output] = outcome

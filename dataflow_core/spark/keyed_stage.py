@@ -147,20 +147,24 @@ def _run_one_key(
     rows.append({**keyed, "kind": "stats", "elements": result.elements, "dropped": result.dropped,
                  "dropped_windows": result.dropped_windows})
     if resumable:
-        ks = result.state
         wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
-        rows.append({
-            **keyed, "kind": "state", "state": encode_state(ks), "hold": ks.output_hold(wm),
-            "wake_timer": ks.next_processing_timer(), "wake_watermark": ks.next_watermark_deadline(wm),
-            "windows": [
-                {"window_start": None if isinstance(w, GlobalWindow) else w.start,
-                 "window_end": None if isinstance(w, GlobalWindow) else w.end,
-                 "pending": ws.pending, "next_index": ws.next_index,
-                 "next_timer": ws.processing_timer, "closed": ws.closed}
-                for w, ws in sorted(ks.windows.items(), key=lambda item: (item[0].end, item[0].start))
-            ],
-        })
+        rows.append(state_row(keyed, result.state, wm))
     return rows
+
+
+def state_row(keyed: dict, ks: KeyedWindowSet, watermark: int) -> dict:
+    """A key's `'state'` output row: its state, next wake-ups, hold and readable windows."""
+    return {
+        **keyed, "kind": "state", "state": encode_state(ks), "hold": ks.output_hold(watermark),
+        "wake_timer": ks.next_processing_timer(), "wake_watermark": ks.next_watermark_deadline(watermark),
+        "windows": [
+            {"window_start": None if isinstance(w, GlobalWindow) else w.start,
+             "window_end": None if isinstance(w, GlobalWindow) else w.end,
+             "pending": ws.pending, "next_index": ws.next_index,
+             "next_timer": ws.processing_timer, "closed": ws.closed}
+            for w, ws in sorted(ks.windows.items(), key=lambda item: (item[0].end, item[0].start))
+        ],
+    }
 
 
 def _pane_fields(p: Pane, encode: Callable[[Any], Any]) -> dict:

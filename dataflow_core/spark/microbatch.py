@@ -4,7 +4,10 @@ New input comes from Structured Streaming's Delta source with an available-now t
 `foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
 refuses a second concurrent query on it (MillWheel's sequencer), and a batch that crashed
 is delivered again, with the same rows, to the next run. A batch with no new input (a
-"tick") still fires due timers and watermark panes.
+"tick") still fires due timers and watermark panes. Commits that rewrite input rows (an
+UPDATE or DELETE that fixes the input) are not live events: the stream skips them
+(`skipChangeCommits`), and a `dataflow backfill` over their range applies them, to the
+results and to the live state (`live_state`).
 
 Each batch, in order: record its number and processing time (a retry reuses both);
 quarantine bad rows; drop duplicate deliveries (event ids are remembered in
@@ -244,7 +247,8 @@ def run_microbatch(
             done.append(result)
 
     query = (
-        spark.readStream.format("delta").load(table_path(spark, spec.input_table))
+        spark.readStream.format("delta").option("skipChangeCommits", "true")
+        .load(table_path(spark, spec.input_table))
         .writeStream.foreachBatch(each)
         .option("checkpointLocation", checkpoint)
         .trigger(availableNow=True)
@@ -392,7 +396,7 @@ def _process(
         els = candidates.persist()
         ledger.accepted = els.count()
         ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
-        _remember(spark, spec, els, n, old_wm, txn)
+        remember_ids(spark, spec, els, n, txn(seen_table(spec)), old_wm if n % 100 == 0 else None)
         tagged.unpersist()
     _crash_point("deduplicated")
     stats = els.agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi")).first() if els is not None else None
@@ -524,6 +528,16 @@ def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> 
         outputs.merge_results(spark, stage, outputs.final_rows(stage, panes, run_id), txn=txn(stage.output),
                               window_end_from=counts["end"])
     _crash_point(f"{stage.output}-results")
+    write_state(spark, stage, out, rec.batch, txn(state_table(stage)))
+    _crash_point(f"{stage.output}-state")
+    return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
+
+
+def write_state(spark, stage: StageSpec, out: "DataFrame", batch: int, txn: outputs.Txn) -> None:
+    """MERGE the `'state'` rows of a stage's output into its state table (a key whose state
+    is null holds no window any more and is deleted)."""
+    from pyspark.sql import functions as F
+
     ts = lambda c: F.when(F.abs(F.col(c)) < F.lit(END_OF_TIME - 1), F.timestamp_millis(F.col(c)))  # noqa: E731
     state_rows = out.where("kind = 'state'").select(
         *stage.key_columns, "state", "wake_timer", "wake_watermark", "hold",
@@ -534,33 +548,33 @@ def _write(spark, stage: StageSpec, out: "DataFrame", rec: BatchRecord, txn) -> 
             w["pending"].alias("pending_elements"), w["next_index"].alias("panes_emitted"),
             F.timestamp_millis(w["next_timer"]).alias("next_timer"), w["closed"].alias("closed"),
         )).alias("windows"),
-        F.lit(rec.batch).alias("batch"),
+        F.lit(batch).alias("batch"),
         F.col("state").isNull().alias("_delete"),
     )
     outputs.merge_rows(spark, state_table(stage), state_rows, list(stage.key_columns), delete=True, update=True,
-                       txn=txn(state_table(stage)), cluster_by=WAKE_COLUMNS)
-    _crash_point(f"{stage.output}-state")
-    return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
+                       txn=txn, cluster_by=WAKE_COLUMNS)
 
 
-def _remember(spark, spec: PipelineSpec, els: "DataFrame", n: int, old_wm: Instant, txn) -> None:
-    """New event ids join the seen set; ids further behind the watermark than the first
-    stage's allowed lateness plus a day are forgotten (a delivery that late would be
-    dropped as too late anyway)."""
+def remember_ids(
+    spark, spec: PipelineSpec, els: "DataFrame", batch: int, txn: outputs.Txn, watermark: Instant | None = None,
+) -> None:
+    """Event ids of `els` join the seen set. With `watermark`, ids further behind it than
+    the first stage's allowed lateness plus a day are forgotten (a delivery that late would
+    be dropped as too late anyway)."""
     from pyspark.sql import functions as F
 
-    horizon = old_wm - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
-    rows = els.select("event_id", "event_ms", F.lit(n).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
+    rows = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
     name = seen_table(spec)
-    if old_wm > BEGINNING_OF_TIME and n % 100 == 0 and table_exists(spark, name):
+    if watermark is not None and watermark > BEGINNING_OF_TIME and table_exists(spark, name):
+        horizon = watermark - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
         expired = read_table(spark, name).where(F.col("event_ms") < F.lit(horizon)).select(
             "event_id", "event_ms", "batch", F.lit(True).alias("_delete"))
         rows = rows.unionByName(expired)
-    outputs.merge_rows(spark, name, rows, ["event_id"], delete=True, update=False, txn=txn(name))
+    outputs.merge_rows(spark, name, rows, ["event_id"], delete=True, update=False, txn=txn)
 
 
 def expire_seen_ids(spark: "SparkSession", spec: PipelineSpec) -> int:
-    """Forget event ids beyond the horizon (see `_remember`) outside a batch: for
+    """Forget event ids beyond the horizon (see `remember_ids`) outside a batch: for
     maintenance. Returns how many were deleted."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F

@@ -46,7 +46,7 @@ def elements_from_panes(
             data = {c: batch.column(c).to_pylist() for c in columns}
             rows = []
             for i in range(batch.num_rows):
-                pane = _pane(tuple(data[c][i] for c in up_keys), {f: data[f][i] for f in PANE_FIELDS})
+                pane = pane_from_row(tuple(data[c][i] for c in up_keys), {f: data[f][i] for f in PANE_FIELDS})
                 extra = [data[c][i] for c in passthrough]
                 for key, value in mapper(pane):
                     key_cols = list(key) if len(stage.key_columns) > 1 else [key]
@@ -56,7 +56,8 @@ def elements_from_panes(
     return panes.select(*columns).mapInArrow(mapped, schema)
 
 
-def _pane(key: tuple, f: dict) -> Pane:
+def pane_from_row(key: tuple, f: dict) -> Pane:
+    """The model's Pane of a row's `PANE_FIELDS` (key: the key columns' values)."""
     window = GLOBAL_WINDOW if f["window_start"] is None else IntervalWindow(f["window_start"], f["window_end"])
     return Pane(
         key=key[0] if len(key) == 1 else key,

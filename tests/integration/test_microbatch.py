@@ -128,3 +128,48 @@ def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupte
         cols = [c for c in clean.columns if c not in ("run_id", "pane_id", "state", "batch")]
         as_text = lambda df: Counter(repr(tuple(r)) for r in df.select(*cols).collect())  # noqa: E731
         assert as_text(clean) == as_text(crashed), table
+
+
+def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_corrected_state(spark):
+    """Live batch 1; then the input is fixed (a bot view deleted, which the stream skips)
+    and views are appended that the stream has yet to deliver; a backfill corrects the
+    results; live batch 2 delivers the appended views (already counted: duplicates now) and
+    new ones that extend a corrected session. Both stages must end as a backfill over the
+    final input says: a stale live state would still count the deleted view, and one that
+    forgot the backfill's event ids would count the appended views twice."""
+    from dataflow_core.spark.tables import table_path
+
+    n = next(_names)
+    live = sessions_pipeline(f"t_mb_fix_{n}", f"t_mb_fix_in_{n}")
+    oracle = sessions_pipeline(f"t_mb_fix_all_{n}", f"t_mb_fix_all_in_{n}")
+    views = [  # user, ad, v, event s, ingest delay s, twice; the batch it belongs to
+        (("u1", "ad1", 1, 60, 5, False), 1), (("u1", "ad1", 1, 120, 5, False), 1), (("u1", "ad1", 1, 200, 5, False), 1),
+        (("u1", "ad1", 1, 900, 5, False), 1), (("u2", "ad2", 1, 300, 5, False), 1), (("u2", "ad1", 1, 310, 5, False), 1),
+        (("u1", "ad1", 1, 400, 1500, False), 2), (("u1", "ad1", 1, 650, 1300, True), 2),
+        (("u1", "ad1", 1, 1100, 1400, False), 3), (("u3", "ad1", 1, 2000, 100, False), 3),
+    ]
+    rows = to_rows([v for v, _ in views])
+    part = {f"e{i}": b for i, (_, b) in enumerate(views)}
+    bot = "e2"  # u1's view at 200 s: deleted from the input after batch 1
+    write_input(spark, live.input_table, [r for r in rows if part[r[0]] == 1])
+    first = run_microbatch(spark, live.name, now=format_instant(DAY0 + 1800_000))
+    assert first.ledger_ok and first.ledger["accepted"] == 6
+    spark.sql(f"DELETE FROM delta.`{table_path(spark, live.input_table)}` WHERE event_id = '{bot}'")
+    write_input(spark, live.input_table, [r for r in rows if part[r[0]] == 2], mode="append")
+    fixed = run_backfill(spark, live.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 2400_000))
+    assert fixed.ledger_ok and fixed.ledger["retractions"] > 0
+    write_input(spark, live.input_table, [r for r in rows if part[r[0]] == 3], mode="append")
+    second = run_microbatch(spark, live.name, now=format_instant(DAY0 + 3000_000))
+    assert second.ledger_ok, second.ledger
+    assert (second.ledger["read"], second.ledger["duplicates"], second.ledger["accepted"]) == (5, 3, 2), second.ledger
+    run_microbatch(spark, live.name, now=format_instant(DAY0 + 7200_000))  # a tick: due timers fire
+
+    write_input(spark, oracle.input_table, [r for r in rows if r[0] != bot])
+    run_backfill(spark, oracle.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 7200_000))
+    for got, want in zip(live.stages, oracle.stages):
+        cols = [*got.key_columns, "window_start", "window_end", "value"]
+        as_set = lambda name: Counter(tuple(r) for r in read_table(spark, name).select(*cols).collect())  # noqa: E731
+        assert as_set(got.output) == as_set(want.output), got.output
+    log = read_table(spark, f"{live.stages[0].output}_panes")
+    merged = log.where("user_id = 'u1' AND is_retraction AND run_id = 'batch-1'").select("value").collect()
+    assert [r["value"] for r in merged] == [5], "batch 1 retracts the backfill's pane (views at 60, 120, 400, 650, 900 s)"
