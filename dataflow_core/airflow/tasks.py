@@ -221,8 +221,9 @@ def retention_hours(pipeline: str) -> int:
 
 
 def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
-    """OPTIMIZE and VACUUM the pipeline's tables; forget event ids past the micro-batches'
-    duplicate-detection horizon (`<pipeline>__seen_ids`)."""
+    """OPTIMIZE and VACUUM the pipeline's tables (and the micro-batches' `dataflow_batches`;
+    OPTIMIZE clusters the state tables by their wake-up columns); forget event ids past the
+    micro-batches' duplicate-detection horizon (`<pipeline>__seen_ids`)."""
     from delta.tables import DeltaTable
 
     from dataflow_core.spark.tables import table_path
@@ -235,7 +236,15 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
     from dataflow_core.pipelines import get
     from dataflow_core.spark.microbatch import expire_seen_ids, seen_table
 
-    for table in pipeline_tables(spark, pipeline):
+    from dataflow_core.spark.microbatch import BATCHES_TABLE
+    from dataflow_core.spark.tables import table_exists
+
+    # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
+    shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []
+    tables = pipeline_tables(spark, pipeline)
+    if not tables:
+        say(f"pipeline {pipeline}: no output or state tables yet")
+    for table in tables + shared:
         delta = DeltaTable.forPath(spark, table_path(spark, table))
         entry: dict[str, Any] = {}
         if table == seen_table(get(pipeline)):
@@ -250,6 +259,4 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
         say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}; "
             f"VACUUM kept {hours} h of time travel")
         done["tables"][table] = entry
-    if not done["tables"]:
-        say(f"pipeline {pipeline}: no output or state tables yet")
     return done
