@@ -328,18 +328,26 @@ def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | 
         command += ["--warehouse", str(warehouse)]
     if memory:
         command.append("--memory")
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATAFLOW_SPARK_LOG_LEVEL": "ERROR"}
+    return spawn(command, f"{case}/{what}", memory=memory, sample=what != "reference")
+
+
+def spawn(command: list[str], label: str, memory: bool = False, sample: bool = True,
+          env: dict[str, str] | None = None) -> dict:
+    """Run one measured child process; its figures are the last stdout line `RESULT {json}`.
+    Adds the wall time of the whole process and, when `sample`, the CPU seconds of its
+    process tree (and with `memory` the tree's peak RSS, sampled more often)."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "DATAFLOW_SPARK_LOG_LEVEL": "ERROR", **(env or {})}
     env.pop("DATAFLOW_WAREHOUSE", None)
     started = time.perf_counter()
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
-    sampler = TreeSampler(proc.pid, 0.2 if memory else 0.5) if what != "reference" else None
+    sampler = TreeSampler(proc.pid, 0.2 if memory else 0.5) if sample else None
     if sampler:
         sampler.start()
     stdout, stderr = proc.communicate()
     if sampler:
         sampler.stop()
     if proc.returncode != 0:
-        raise SystemExit(f"bench_backfill: {case}/{what} failed ({proc.returncode}):\n{stderr[-4000:]}")
+        raise SystemExit(f"{Path(command[1]).stem}: {label} failed ({proc.returncode}):\n{stderr[-4000:]}")
     line = next(x for x in reversed(stdout.splitlines()) if x.startswith("RESULT "))
     result = json.loads(line[len("RESULT "):])
     result["wall_s"] = time.perf_counter() - started
@@ -348,7 +356,7 @@ def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | 
         result["peak_by_kind"] = sampler.peak_by_kind
     if sampler:  # the whole run's CPU, Spark's start included
         result["cpu_s"] = sampler.cpu_seconds
-    say = f"  {case}/{what}{' (memory)' if memory else ''}: "
+    say = f"  {label}{' (memory)' if memory else ''}: "
     say += f"{result['seconds']:.1f} s" if "seconds" in result else "done"
     if "cpu_s" in result:
         say += f" ({result['cpu_s']:.0f} CPU s in all)"
