@@ -241,19 +241,34 @@ def run_microbatch(
         try:
             result = _process(spark, spec, df, stream_batch, now_ms, say, token, stream.get("id"))
         except BaseException as exc:  # re-raised below as itself, not as a stream error
+            if _concurrent(exc) and not isinstance(exc, PipelineBusy):
+                exc = PipelineBusy(
+                    f"pipeline {spec.name!r}: another run committed to the same table at the same moment "
+                    f"({type(exc).__name__}); this run stopped, and what it had committed is exactly what "
+                    "the other commits"
+                )
             failures.append(exc)
-            raise
+            raise exc
         if result is not None:
             done.append(result)
 
-    query = (
-        spark.readStream.format("delta").option("skipChangeCommits", "true")
-        .load(table_path(spark, spec.input_table))
-        .writeStream.foreachBatch(each)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
+    busy = PipelineBusy(
+        f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint {checkpoint} is "
+        "taken); this run stopped, and the tables are as the other run leaves them"
     )
+    try:
+        query = (
+            spark.readStream.format("delta").option("skipChangeCommits", "true")
+            .load(table_path(spark, spec.input_table))
+            .writeStream.foreachBatch(each)
+            .option("checkpointLocation", checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
+    except Exception as exc:  # two runs creating the same checkpoint at once
+        if _concurrent(exc):
+            raise busy from None
+        raise
     stream["id"] = str(query.id)
     started.set()
     try:
@@ -261,12 +276,8 @@ def run_microbatch(
     except StreamingQueryException as exc:
         if failures:
             raise failures[0] from None
-        text = str(exc)
-        if "Concurrent update" in text or "Multiple streaming" in text or "concurrent" in text.lower():
-            raise PipelineBusy(
-                f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint "
-                f"{checkpoint} is taken); this run stopped without writing"
-            ) from None
+        if _concurrent(exc):
+            raise busy from None
         raise
     if not stream["batches"]:
         tick = _process(spark, spec, None, None, now_ms, say, token, stream["id"])
@@ -286,6 +297,16 @@ def run_microbatch(
                 agg[k] = agg.get(k, 0) + v
     last = done[-1][0]
     return RunResult(f"{spec.name}-batch-{last.batch}", total.as_dict(), last.now)
+
+
+def _concurrent(exc: BaseException) -> bool:
+    """An error that says another run wrote first: to the stream checkpoint (offsets,
+    commits, its metadata) or to a Delta table (a conflicting commit)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(m in text for m in (
+        "Concurrent update", "Multiple streaming", "ConcurrentModification", "concurrently using",  # the stream
+        "ConcurrentAppend", "ConcurrentTransaction", "ConcurrentWrite", "ConcurrentDelete", "DELTA_CONCURRENT",  # Delta
+    ))
 
 
 def _committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None, int | None]:
