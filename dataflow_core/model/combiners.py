@@ -1,7 +1,14 @@
 """What is computed: associative combiners, optionally retractable (the paper's uncombine).
 
-Accumulators are plain Python values (numbers, tuples, dicts, lists) so that runners can
-persist them between micro-batches.
+A combiner also declares what runners need to keep and add up its results:
+
+- `encode_accumulator` / `decode_accumulator`: its accumulator as a JSON value, so live
+  state is data (never pickled code) and survives a renamed class;
+- `output_merge`: how the outputs of a window's discarding panes add up to the window's
+  total ("sum", "min" or "max", the name of an associative SQL aggregate), with
+  `merge_outputs` its meaning in Python; None when outputs do not add up;
+- `output_difference`: the discarding pane that takes a window from one total to another
+  (a backfill's correction of a discarding stage).
 """
 
 from __future__ import annotations
@@ -43,6 +50,41 @@ class CombineFn(ABC, Generic[Acc]):
     def can_retract(self) -> bool:
         return type(self).retract_input is not CombineFn.retract_input
 
+    # --- how results add up (discarding panes) ------------------------------------------
+
+    output_merge: str | None = None
+    """"sum", "min" or "max": the associative aggregate over a window's discarding pane
+    outputs that gives its total; None when outputs do not merge (no results table)."""
+
+    def merge_outputs(self, outputs: Iterable[Any]) -> Any:
+        """The total of a window whose discarding panes had these outputs."""
+        values = list(outputs)
+        if self.output_merge == "sum":
+            return sum(values[1:], values[0]) if values else self.extract_output(self.create_accumulator())
+        if self.output_merge in ("min", "max") and values:
+            present = [v for v in values if v is not None]
+            if not present:
+                return None
+            return min(present) if self.output_merge == "min" else max(present)
+        raise ValueError(f"combiner {self.name!r}: outputs of discarding panes do not merge")
+
+    def output_difference(self, total: Any, previous_total: Any) -> Any:
+        """The discarding pane that follows a pane history totalling `previous_total` when
+        the window's total is now `total`. A sum's is the difference; an extremum cannot be
+        undone by a later pane, so its correction carries the new total."""
+        if self.output_merge == "sum" and total is not None and previous_total is not None:
+            return total - previous_total
+        return total
+
+    # --- how state is stored ----------------------------------------------------------
+
+    def encode_accumulator(self, acc: Acc) -> Any:
+        """The accumulator as a JSON value (numbers, strings, lists, dicts with string keys)."""
+        return acc
+
+    def decode_accumulator(self, data: Any) -> Acc:
+        return data  # type: ignore[return-value]
+
     def add_inputs(self, acc: Acc, values: Iterable[Any]) -> Acc:
         for v in values:
             acc = self.add_input(acc, v)
@@ -54,6 +96,7 @@ class CombineFn(ABC, Generic[Acc]):
 
 class SumFn(CombineFn[Any]):
     name = "sum"
+    output_merge = "sum"
 
     def create_accumulator(self) -> Any:
         return 0
@@ -73,6 +116,7 @@ class SumFn(CombineFn[Any]):
 
 class CountFn(CombineFn[int]):
     name = "count"
+    output_merge = "sum"
 
     def create_accumulator(self) -> int:
         return 0
@@ -111,6 +155,9 @@ class MeanFn(CombineFn[tuple]):
     def retract_input(self, acc: tuple, value: Any) -> tuple:
         return (acc[0] - value, acc[1] - 1)
 
+    def decode_accumulator(self, data: Any) -> tuple:
+        return (data[0], data[1])
+
 
 class _MultisetFn(CombineFn[Counter]):
     """Keeps a multiset of inputs so that any input can be retracted exactly."""
@@ -138,9 +185,21 @@ class _MultisetFn(CombineFn[Counter]):
             del acc[value]
         return acc
 
+    def encode_accumulator(self, acc: Counter) -> Any:
+        return [[value, count] for value, count in acc.items()]
+
+    def decode_accumulator(self, data: Any) -> Counter:
+        return Counter({_hashable(value): count for value, count in data})
+
+
+def _hashable(value: Any) -> Any:
+    """JSON gives lists back where tuples went in; multiset members must be hashable."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
 
 class MinFn(_MultisetFn):
     name = "min"
+    output_merge = "min"
 
     def extract_output(self, acc: Counter) -> Any:
         return min(acc) if acc else None
@@ -148,6 +207,7 @@ class MinFn(_MultisetFn):
 
 class MaxFn(_MultisetFn):
     name = "max"
+    output_merge = "max"
 
     def extract_output(self, acc: Counter) -> Any:
         return max(acc) if acc else None

@@ -4,16 +4,22 @@ This is the whole of the model's processing rules for a key, independent of how 
 arrives. A runner owns one `KeyedWindowSet` per key and tells it, in processing-time
 order, about bundles of elements, processing-time timers that are due and watermark
 moves; every call returns the panes (and retractions) emitted at that moment.
+
+Two more entry points serve runners that persist state and correct the past:
+`to_state`/`from_state` (the key's state as versioned JSON data, see `state_codec`) and
+`correct` (a batch backfill's recomputed windows, emitted as panes that continue each
+window's history).
 """
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Hashable, Iterable, Sequence
 
 from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.panes import (
+    OnTime, Pane, PaneHistory, PaneInfo, PaneTiming, describe_next_pane, history_after,
+)
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.triggers import (
@@ -26,13 +32,7 @@ from dataflow_core.model.triggers import (
 )
 from dataflow_core.model.windows import AssignContext, Window
 
-
-class OnTime(enum.Enum):
-    """Where a window stands with respect to its on-time pane (rule 8 of FORMAT.md)."""
-
-    BEFORE = "before"  # the watermark has not passed the window's end
-    OWED = "owed"  # it passed, no pane fired then, and data was waiting: next pane is ON_TIME
-    DONE = "done"  # no ON_TIME pane is (any longer) due
+__all__ = ["Correction", "Corrected", "Element", "KeyedWindowSet", "OnTime", "WindowState"]
 
 
 @dataclass
@@ -48,12 +48,22 @@ class WindowState:
     next_on_time_index: int = 0
     standing: Pane | None = None  # last pane, not yet retracted (retracting mode)
     absorbed: list[Pane] = field(default_factory=list)  # standing panes of merged-away windows
+    ended: bool = False  # a pane marked last is out
     processing_timer: Instant | None = None  # cached from the trigger state tree
     event_timer: Instant | None = None
 
     @property
     def closed(self) -> bool:
         return self.trigger.finished
+
+    @property
+    def history(self) -> PaneHistory:
+        return PaneHistory(self.next_index, self.next_on_time_index, self.on_time, self.ended)
+
+    @history.setter
+    def history(self, h: PaneHistory) -> None:
+        self.next_index, self.next_on_time_index, self.on_time, self.ended = (
+            h.next_index, h.next_on_time_index, h.on_time, h.ended)
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,27 @@ class Element:
     value: Any
     timestamp: Instant
     retraction: bool = False
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A batch backfill's recomputation of one window, beside what the results say of it."""
+
+    window: Window
+    standing: Pane | None  # the results' pane of the window (None: the results have no row)
+    standing_total: Any = None  # the results' value: the window's total so far
+    value: Any = None  # the recomputed output
+    timestamp: Instant | None = None  # the recomputed pane timestamp (None: end of time)
+    present: bool = True  # False: the window no longer exists (its input is gone)
+
+
+@dataclass
+class Corrected:
+    """What corrections emit: the panes, and per window what its results row becomes
+    (the pane whose metadata it takes and the window's total; None deletes the row)."""
+
+    panes: list[Pane] = field(default_factory=list)
+    results: list[tuple[Window, Pane | None, Any]] = field(default_factory=list)
 
 
 class KeyedWindowSet:
@@ -169,6 +200,7 @@ class KeyedWindowSet:
                 merged.next_index = st.next_index
                 merged.next_on_time_index = st.next_on_time_index
                 merged.standing = st.standing
+                merged.ended = st.ended
                 merged.absorbed += st.absorbed
             else:
                 merged.absorbed += st.absorbed + ([st.standing] if st.standing else [])
@@ -255,62 +287,118 @@ class KeyedWindowSet:
 
     # --- corrections --------------------------------------------------------------
 
-    def restate(
-        self, corrections: Sequence[tuple[Window, Pane | None]], elements: Iterable[Element], watermark: Instant,
-    ) -> None:
-        """Adopt a batch backfill's corrections of this key's windows so that later input
-        carries on from them, not from what the live run had.
+    def correct(
+        self, corrections: Sequence[Correction], at: Instant, watermark: Instant,
+        elements: Iterable[Element] | None = None,
+    ) -> Corrected:
+        """Emit a batch backfill's corrections as panes that continue each window's history.
 
-        Each corrected window's accumulator is rebuilt from `elements` (all of the key's
-        input the backfill read), the pane the backfill wrote becomes its last pane (the one
-        a later pane retracts) and nothing is pending; its trigger state is the live
-        window's (or its parts', merged). A correction to None removes that window (first).
-        With a merging WindowFn a corrected window replaces the live windows it overlaps. Windows
-        past garbage collection at `watermark` are not kept."""
+        Each pane's metadata comes from `describe_next_pane` over the window's history:
+        this set's window when it holds one (live state), else the history the results'
+        standing pane implies. In retracting mode the standing pane is retracted first; a
+        discarding pane carries the combiner's `output_difference`. A window that lost all
+        its input is retracted (retracting), or gets the empty aggregate (otherwise, where
+        there is one). Corrections are restatements: none is marked last, since the input
+        can be rewritten again.
+
+        With `elements` (all of the key's input the backfill read) this set is live state:
+        each corrected window is kept, its accumulator rebuilt from them and nothing pending,
+        so later input carries on from the corrected figures."""
         s = self.strategy
-        accs = self._accumulate(elements) if s.accumulation.accumulates else {}
-        for w, pane in corrections:
-            if pane is None:
-                self.windows.pop(w, None)
-        for w, pane in corrections:
-            if pane is None:
+        keep = elements is not None
+        rebuilt = self._rebuild(elements) if keep and s.accumulation.accumulates else {}
+        empty_acc = s.combiner.create_accumulator()
+        empty = s.combiner.extract_output(empty_acc)
+        out = Corrected()
+        for c in sorted(corrections, key=lambda c: (c.present, c.window.end, c.window.start)):
+            w = c.window
+            ws = self._standing_window(c, at, watermark)
+            if not c.present and (s.accumulation is AccumulationMode.RETRACTING or empty is None):
+                if s.accumulation is AccumulationMode.RETRACTING:
+                    out.panes += [p.retracted_at(at) for p in ws.absorbed]
+                    if ws.standing is not None:
+                        out.panes.append(ws.standing.retracted_at(at))
+                out.results.append((w, None, None))
                 continue
-            replaced = [v for v in self.windows if v == w or (s.window_fn.is_merging and _overlap(v, w))]
-            old = [self.windows.pop(v) for v in self._ordered(replaced)]
-            if s.gc_time(w) <= watermark:
-                continue
-            same = next((st for st in old if st.window == w), None)
-            if same is not None:
-                trigger = same.trigger
-            elif old:
-                trigger = s.trigger.on_merge([st.trigger for st in old], self._ctx(w, pane.emitted_at, watermark))
-            else:
-                trigger = s.trigger.new_state()
+            total = c.value if c.present else empty
+            ts = c.timestamp if c.present else (c.standing.timestamp if c.standing else w.max_timestamp)
+            ts = END_OF_TIME - 1 if ts is None else ts
+            value = total
+            if not s.accumulation.accumulates:
+                value = s.combiner.output_difference(total, c.standing_total if c.standing is not None else None)
+            info = describe_next_pane(
+                PaneHistory(ws.next_index, ws.next_on_time_index, ws.on_time), w.end, watermark, last=False)
+            emitted = self._publish(ws, info, value, ts, at)
+            out.panes += emitted
+            out.results.append((w, emitted[-1], total))
+            if keep and c.present and s.gc_time(w) > watermark:
+                acc, lo, hi = rebuilt.get(w, (empty_acc, None, None))
+                ws.acc = acc if s.accumulation.accumulates else s.combiner.create_accumulator()
+                ws.ts_min, ws.ts_max = (lo, hi) if s.accumulation.accumulates else (None, None)
+                ws.pending = 0
+                self._refresh_timers(ws)
+                self.windows[w] = ws
+        return out
+
+    def _standing_window(self, c: Correction, at: Instant, watermark: Instant) -> WindowState:
+        """The corrected window's state, taken out of this set: the live window (merged with
+        the live windows it now covers, for a merging WindowFn), or one whose history is
+        what the results' standing pane implies."""
+        s = self.strategy
+        w = c.window
+        covered = [v for v in self.windows if v == w or (c.present and s.window_fn.is_merging and _overlap(v, w))]
+        parts = [self.windows.pop(v) for v in self._ordered(covered)]
+        same = next((p for p in parts if p.window == w), None)
+        if same is not None:
+            ws = same
+        else:
+            h = PaneHistory.after(c.standing, w.end, watermark)
             ws = WindowState(
-                window=w, trigger=trigger, acc=accs.get(w, s.combiner.create_accumulator()),
-                on_time=OnTime.BEFORE if watermark < w.end else OnTime.DONE,
-                next_index=pane.index + 1,
-                next_on_time_index=(
-                    pane.on_time_index + 1 if pane.on_time_index is not None
-                    else same.next_on_time_index if same is not None else 0
-                ),
-                standing=pane if s.accumulation is AccumulationMode.RETRACTING else None,
+                window=w, trigger=s.trigger.new_state(), acc=s.combiner.create_accumulator(), on_time=h.on_time,
+                next_index=h.next_index, next_on_time_index=h.next_on_time_index,
+                standing=c.standing if s.accumulation is AccumulationMode.RETRACTING else None,
             )
-            self._refresh_timers(ws)
-            self.windows[w] = ws
+        others = [p for p in parts if p is not same]
+        if others:
+            ws.trigger = s.trigger.on_merge([p.trigger for p in [ws, *others]], self._ctx(w, at, watermark))
+            for p in others:
+                ws.absorbed += p.absorbed + ([p.standing] if p.standing else [])
+        return ws
 
-    def _accumulate(self, elements: Iterable[Element]) -> dict[Window, Any]:
-        """Every window of `elements` (merged, for a merging WindowFn) with its accumulator."""
+    def _rebuild(self, elements: Iterable[Element]) -> dict[Window, tuple[Any, Instant | None, Instant | None]]:
+        """Every window of `elements` (merged, for a merging WindowFn) with its accumulator
+        and the least and greatest element time in it."""
         s = self.strategy
-        accs: dict[Window, Any] = {}
+        got: dict[Window, tuple[Any, Instant | None, Instant | None]] = {}
         for el in elements:
             for w in s.window_fn.assign(AssignContext(self.key, el.value, el.timestamp)):
-                acc = accs[w] if w in accs else s.combiner.create_accumulator()
-                accs[w] = s.combiner.retract_input(acc, el.value) if el.retraction else s.combiner.add_input(acc, el.value)
+                acc, lo, hi = got.get(w, (s.combiner.create_accumulator(), None, None))
+                acc = s.combiner.retract_input(acc, el.value) if el.retraction else s.combiner.add_input(acc, el.value)
+                got[w] = (acc, _least((lo, el.timestamp)), _greatest((hi, el.timestamp)))
         if s.window_fn.is_merging:
-            for result, parts in s.window_fn.merge(list(accs)):
-                accs[result] = s.combiner.merge_accumulators([accs.pop(p) for p in parts])
-        return accs
+            for result, parts in s.window_fn.merge(list(got)):
+                merged = [got.pop(p) for p in parts]
+                got[result] = (
+                    s.combiner.merge_accumulators([m[0] for m in merged]),
+                    _least(m[1] for m in merged), _greatest(m[2] for m in merged),
+                )
+        return got
+
+    # --- state ------------------------------------------------------------------------
+
+    def to_state(self) -> dict | None:
+        """The key's state as JSON data (None when it holds no window); see `state_codec`."""
+        from dataflow_core.model.state_codec import encode_key_state
+
+        return encode_key_state(self)
+
+    @classmethod
+    def from_state(cls, key: Hashable, strategy: WindowingStrategy, state: dict | None) -> "KeyedWindowSet":
+        """A key's window set from `to_state`'s data (empty for None); an unknown version
+        is refused (`state_codec.UnknownStateVersion`)."""
+        from dataflow_core.model.state_codec import decode_key_state
+
+        return decode_key_state(cls(key, strategy), state)
 
     # --- output -----------------------------------------------------------------
 
@@ -320,43 +408,32 @@ class KeyedWindowSet:
 
     def _emit(self, ws: WindowState, ctx: TriggerContext, last: bool, fired: bool = False) -> list[Pane]:
         s = self.strategy
-        if ctx.watermark < ws.window.end:
-            timing = PaneTiming.EARLY
-        elif ws.on_time is OnTime.OWED:
-            timing = PaneTiming.ON_TIME
-        else:
-            timing = PaneTiming.LATE
-        if not ws.pending and timing is not PaneTiming.ON_TIME:
+        info = describe_next_pane(ws.history, ws.window.end, ctx.watermark, last)
+        if not ws.pending and info.timing is not PaneTiming.ON_TIME:
             return []  # rule 6: nothing new, nothing to say
-        pane = Pane(
-            key=self.key,
-            window=ws.window,
-            value=s.combiner.extract_output(ws.acc),
-            timestamp=self._timestamp(ws),
-            timing=timing,
-            index=ws.next_index,
-            on_time_index=None if timing is PaneTiming.EARLY else ws.next_on_time_index,
-            first=ws.next_index == 0,
-            last=last,
-            emitted_at=ctx.processing_time,
-        )
-        out: list[Pane] = []
-        if s.accumulation is AccumulationMode.RETRACTING:
-            out += [p.retracted_at(ctx.processing_time) for p in ws.absorbed]
-            if ws.standing is not None:
-                out.append(ws.standing.retracted_at(ctx.processing_time))
-            ws.absorbed = []
-            ws.standing = pane
-        out.append(pane)
-        ws.next_index += 1
-        if timing is not PaneTiming.EARLY:
-            ws.next_on_time_index += 1
-        if timing is PaneTiming.ON_TIME:
-            ws.on_time = OnTime.DONE
+        out = self._publish(ws, info, s.combiner.extract_output(ws.acc), self._timestamp(ws), ctx.processing_time)
         ws.pending = 0
         if not s.accumulation.accumulates:
             ws.acc = s.combiner.create_accumulator()
             ws.ts_min = ws.ts_max = None
+        return out
+
+    def _publish(self, ws: WindowState, info: PaneInfo, value: Any, timestamp: Instant, at: Instant) -> list[Pane]:
+        """The pane `info` describes, preceded (retracting mode) by the retractions of what
+        it replaces; the window's history moves on."""
+        pane = Pane(
+            key=self.key, window=ws.window, value=value, timestamp=timestamp, timing=info.timing,
+            index=info.index, on_time_index=info.on_time_index, first=info.first, last=info.last, emitted_at=at,
+        )
+        out: list[Pane] = []
+        if self.strategy.accumulation is AccumulationMode.RETRACTING:
+            out += [p.retracted_at(at) for p in ws.absorbed]
+            if ws.standing is not None:
+                out.append(ws.standing.retracted_at(at))
+            ws.absorbed = []
+            ws.standing = pane
+        out.append(pane)
+        ws.history = history_after(ws.history, info)
         return out
 
     def _timestamp(self, ws: WindowState) -> Instant:

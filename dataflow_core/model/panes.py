@@ -1,4 +1,9 @@
-"""What comes out: a pane is one firing of one key's window (the paper's PaneInfo)."""
+"""What comes out: a pane is one firing of one key's window (the paper's PaneInfo).
+
+`describe_next_pane` is the one rule for a pane's metadata (timing, index, on-time index,
+first, last). The model's `_emit` and a backfill's corrections both ask it, so a window's
+history stays one history whoever adds to it (after Beam's `PaneInfoTracker.describePane`).
+"""
 
 from __future__ import annotations
 
@@ -14,6 +19,14 @@ class PaneTiming(enum.Enum):
     EARLY = "EARLY"
     ON_TIME = "ON_TIME"
     LATE = "LATE"
+
+
+class OnTime(enum.Enum):
+    """Where a window stands with respect to its on-time pane (rule 8 of FORMAT.md)."""
+
+    BEFORE = "before"  # the watermark has not passed the window's end
+    OWED = "owed"  # it passed, no pane fired then, and data was waiting: next pane is ON_TIME
+    DONE = "done"  # no ON_TIME pane is (any longer) due
 
 
 @dataclass(frozen=True)
@@ -33,3 +46,103 @@ class Pane:
     def retracted_at(self, emitted_at: Instant) -> "Pane":
         """The retraction of this pane: the same pane, marked, at a later moment."""
         return replace(self, retraction=True, emitted_at=emitted_at)
+
+
+@dataclass(frozen=True)
+class PaneHistory:
+    """What a window has said so far, as far as the next pane's metadata depends on it."""
+
+    next_index: int = 0
+    next_on_time_index: int = 0
+    on_time: OnTime = OnTime.BEFORE
+    ended: bool = False  # a pane marked last was emitted
+
+    @staticmethod
+    def after(standing: "Pane | None", window_end: Instant, watermark: Instant) -> "PaneHistory":
+        """The history that follows a window's standing pane, known only from that pane
+        (a results row): its on-time pane is done once a pane carried an on-time index."""
+        if standing is None:
+            return PaneHistory(on_time=OnTime.BEFORE if watermark < window_end else OnTime.OWED)
+        if standing.on_time_index is not None:
+            on_time = OnTime.DONE
+        else:
+            on_time = OnTime.BEFORE if watermark < window_end else OnTime.OWED
+        return PaneHistory(
+            next_index=standing.index + 1,
+            next_on_time_index=0 if standing.on_time_index is None else standing.on_time_index + 1,
+            on_time=on_time,
+        )
+
+
+@dataclass(frozen=True)
+class PaneInfo:
+    timing: PaneTiming
+    index: int
+    on_time_index: int | None
+    first: bool
+    last: bool
+
+
+class PaneOrderError(ValueError):
+    """A pane that would break a window's history (after its last pane)."""
+
+
+def describe_next_pane(history: PaneHistory, window_end: Instant, watermark: Instant, last: bool) -> PaneInfo:
+    """The metadata of the next pane of a window: EARLY before the watermark passes its end,
+    ON_TIME once when the on-time pane is owed, LATE after; indexes count on."""
+    if history.ended:
+        raise PaneOrderError(f"a pane after the window's last pane (index {history.next_index - 1})")
+    if watermark < window_end:
+        timing = PaneTiming.EARLY
+    elif history.on_time is OnTime.OWED:
+        timing = PaneTiming.ON_TIME
+    else:
+        timing = PaneTiming.LATE
+    return PaneInfo(
+        timing=timing,
+        index=history.next_index,
+        on_time_index=None if timing is PaneTiming.EARLY else history.next_on_time_index,
+        first=history.next_index == 0,
+        last=last,
+    )
+
+
+def history_after(history: PaneHistory, info: PaneInfo) -> PaneHistory:
+    """The window's history once the pane `info` describes is out."""
+    return PaneHistory(
+        next_index=info.index + 1,
+        next_on_time_index=history.next_on_time_index + (info.timing is not PaneTiming.EARLY),
+        on_time=OnTime.DONE if info.timing is PaneTiming.ON_TIME else history.on_time,
+        ended=info.last,
+    )
+
+
+def history_breaks(panes: "list[Pane]") -> list[str]:
+    """What in one window's panes, in emission order, breaks the rules of a pane history:
+    one ON_TIME pane at most, indexes counting from 0, on-time indexes counting from 0 over
+    non-early panes, no pane after a last pane, and every retraction repeating the pane
+    standing before it (the pane gate checks the same over the pane log)."""
+    breaks: list[str] = []
+    history = PaneHistory(on_time=OnTime.OWED)
+    standing: Pane | None = None
+    for p in panes:
+        if p.retraction:
+            if standing is None or replace(p, retraction=False, emitted_at=standing.emitted_at) != standing:
+                breaks.append(f"retraction of index {p.index} does not repeat the standing pane")
+            standing = None
+            continue
+        if history.ended:
+            breaks.append(f"pane {p.index} after the last pane")
+        if p.index != history.next_index:
+            breaks.append(f"pane index {p.index} where {history.next_index} was next")
+        if p.timing is PaneTiming.ON_TIME and history.on_time is OnTime.DONE:
+            breaks.append(f"a second ON_TIME pane (index {p.index})")
+        expected_on_time = None if p.timing is PaneTiming.EARLY else history.next_on_time_index
+        if p.on_time_index != expected_on_time:
+            breaks.append(f"pane {p.index} has on-time index {p.on_time_index}, expected {expected_on_time}")
+        if p.first != (p.index == 0):
+            breaks.append(f"pane {p.index} is_first={p.first}")
+        info = PaneInfo(p.timing, p.index, p.on_time_index, p.first, p.last)
+        history = history_after(history, info)
+        standing = p
+    return breaks

@@ -134,11 +134,7 @@ def run_key(
     arrivals = sorted(arrivals, key=lambda a: a.seq)
     holds = _HoldTracker(schedule, out.holds)
     if state is not None and schedule.steps:
-        # A resumed key's hold carries over from its last run: it holds from the very
-        # start of this run until it changes.
-        first = schedule.steps[0]
-        since = first.time if schedule.start_time is None else schedule.start_time
-        holds.observe((*first.seq, TIMERS, -END_OF_TIME), since, ks.output_hold(wm), wm)
+        _carry_in(holds, schedule, ks.output_hold(wm), wm)
     i = 0  # next arrival
     j = 0  # next schedule step not yet visited
     while True:
@@ -185,6 +181,30 @@ def run_key(
         j = max(j, k + 1)
     holds.close()
     return out
+
+
+def _carry_in(holds: "_HoldTracker", schedule: Schedule, hold: Instant, wm: Instant) -> None:
+    """A resumed key's hold carries over from its last run: it holds from the very start of
+    this run (before any of its sub-steps) until it changes."""
+    first = schedule.steps[0]
+    since = first.time if schedule.start_time is None else schedule.start_time
+    holds.observe((*first.seq, TIMERS, -END_OF_TIME), since, hold, wm)
+
+
+def carried_hold_spans(schedule: Schedule, hold: Instant) -> list[HoldSpan]:
+    """The hold spans of a key that this run does not visit, from the hold stored after its
+    last run.
+
+    Such a key keeps that hold all run long: `output_hold` changes only when the key gets
+    elements, fires a timer or sees the watermark pass one of its deadlines, and each of
+    those makes `run_key` visit it. So its span is the one `run_key` would report for a
+    resumed key with nothing to do."""
+    spans: list[HoldSpan] = []
+    if schedule.steps:
+        holds = _HoldTracker(schedule, spans)
+        _carry_in(holds, schedule, hold, schedule.start)
+        holds.close()
+    return spans
 
 
 class _HoldTracker:

@@ -41,48 +41,88 @@ def test_keys_are_woken_only_when_the_watermark_reaches_their_windows():
     assert [(p.key, p.value) for p in second] == [("late", 1)]
 
 
-# --- a backfill's corrections adopted by live state (KeyedWindowSet.restate) ----------
+# --- a backfill's corrections, adopted by live state (KeyedWindowSet.correct) ----------
+
+from collections import defaultdict  # noqa: E402
+from dataclasses import replace  # noqa: E402
 
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from dataflow_core.model.group_by_window import Element, KeyedWindowSet  # noqa: E402
-from dataflow_core.model.panes import Pane, PaneTiming  # noqa: E402
-from dataflow_core.model.triggers import AfterWatermark  # noqa: E402
+from dataflow_core.model.group_by_window import Correction, Element, KeyedWindowSet  # noqa: E402
+from dataflow_core.model.panes import PaneTiming, history_breaks  # noqa: E402
+from dataflow_core.model.triggers import AfterProcessingTime, AfterWatermark  # noqa: E402
 from dataflow_core.model.windows import FixedWindows  # noqa: E402
 
 _times = st.lists(st.integers(0, 600), min_size=1, max_size=12)
 
 
+def _standing(panes):
+    """Per window, what an accumulating stage's results table holds after these panes: the
+    last pane and its value (the window's total); a window retracted without a new pane
+    is gone."""
+    out = {}
+    for p in panes:
+        out[p.window] = None if p.retraction else (p, p.value)
+    return {w: v for w, v in out.items() if v is not None}
+
+
+def _by_window(panes):
+    grouped = defaultdict(list)
+    for p in panes:
+        grouped[p.window].append(p)
+    return grouped
+
+
 @settings(max_examples=60, deadline=None)
-@given(_times, _times, _times, st.sampled_from(["fixed", "sessions"]), st.booleans())
-def test_restated_windows_carry_on_as_if_they_had_seen_the_backfill_input(live, missed, later, shape, retracting):
-    """Live state saw `live` only; a backfill over `live + missed` restates it; then
-    `later` arrives. Every window then holds what one window set that saw everything holds,
-    and (retracting) a later pane retracts exactly the backfill's pane."""
+@given(_times, _times, _times, st.sampled_from(["fixed", "sessions"]), st.booleans(), st.booleans())
+def test_corrected_windows_carry_on_as_if_they_had_seen_the_backfill_input(live, missed, later, shape, retracting, early):  # noqa: PLR0913
+    """Live state saw `live` only; a backfill over `live + missed` corrects it (with the
+    live watermark before or past the windows' ends); then `later` arrives and the watermark
+    passes everything. Every window then holds what one window set that saw everything
+    holds, a later pane retracts exactly the correction, and each window's panes
+    (live, correction, later) keep one history: one ON_TIME pane, indexes consecutive."""
     window_fn = FixedWindows(100 * S) if shape == "fixed" else Sessions(30 * S)
     mode = AccumulationMode.RETRACTING if retracting else AccumulationMode.ACCUMULATING
-    strategy = WindowingStrategy(window_fn=window_fn, trigger=AfterWatermark(late=AfterCount(1)),
-                                 accumulation=mode, allowed_lateness=10_000 * S, combiner=SumFn())
+    strategy = WindowingStrategy(
+        window_fn=window_fn,
+        trigger=AfterWatermark(early=AfterProcessingTime(1), late=AfterCount(1)),
+        accumulation=mode, allowed_lateness=10_000 * S, combiner=SumFn())
     els = lambda times: [Element(1, t * S) for t in times]  # noqa: E731
     ks = KeyedWindowSet("k", strategy)
-    ks.add_bundle(els(live), at=0, watermark=0)
-    past = 1_000 * S  # the live watermark has passed every window: a backfill of the past
-    ks.advance_watermark(0, past, at=5)
+    emitted = ks.add_bundle(els(live), at=0, watermark=0)
+    emitted += ks.fire_processing_timers(10, 0)
+    wm = 0 if early else 1_000 * S  # live is still early in every window, or past them all
+    if wm:
+        emitted += ks.advance_watermark(0, wm, at=15)
+    standing = _standing(emitted)
     truth = KeyedWindowSet("k", strategy)
-    backfilled = truth._accumulate(els(live + missed))
-    gone = [(w, None) for w in ks.windows if w not in backfilled]
-    panes = {w: Pane("k", w, acc, w.max_timestamp, PaneTiming.ON_TIME, 7, 0, False, False, 10) for w, acc in backfilled.items()}
-    ks.restate(gone + list(panes.items()), els(live + missed), watermark=past)
-    assert {w: st.acc for w, st in ks.windows.items()} == backfilled
-    assert all(st.pending == 0 and st.next_index == 8 for st in ks.windows.values())
-    out = ks.add_bundle(els(later), at=20, watermark=past)
-    out += ks.advance_watermark(past, 5_000 * S, at=30)
-    everything = truth._accumulate(els(live + missed + later))
-    assert {w: st.acc for w, st in ks.windows.items()} == everything
-    retracted = sorted((p.window.start, p.value) for p in out if p.retraction)
-    replaced = sorted((w.start, v) for w, v in backfilled.items() if w not in everything or everything[w] != v)
-    if retracting:
-        assert retracted == replaced
+    backfilled = {w: acc for w, (acc, _, _) in truth._rebuild(els(live + missed)).items()}
+    fixes = [Correction(w, p, total, present=False) for w, (p, total) in standing.items() if w not in backfilled]
+    fixes += [Correction(w, standing.get(w, (None, None))[0], standing.get(w, (None, None))[1], acc, w.max_timestamp)
+              for w, acc in backfilled.items() if standing.get(w, (None, None))[1] != acc]
+    corrected = ks.correct(fixes, at=20, watermark=wm, elements=els(live + missed))
+    emitted += corrected.panes
+    assert {w: s.acc for w, s in ks.windows.items()} == backfilled
+    assert all(s.pending == 0 for s in ks.windows.values())
+    later_panes = ks.add_bundle(els(later), at=30, watermark=wm)
+    later_panes += ks.advance_watermark(wm, 5_000 * S, at=40)
+    later_panes += ks.advance_watermark(5_000 * S, 100_000 * S, at=50)
+    emitted += later_panes
+    everything = {w: acc for w, (acc, _, _) in truth._rebuild(els(live + missed + later)).items()}
+    finals = {w: p.value for w, (p, _) in _standing(emitted).items()}
+    if not retracting:  # merged-away sessions keep their (unretracted) panes
+        finals = {w: v for w, v in finals.items() if w in everything}
+    assert finals == everything
+    for window, panes in _by_window(emitted).items():
+        assert history_breaks(panes) == [], (window, panes)
+        if wm == 0 and window in everything:
+            assert sum(p.timing is PaneTiming.ON_TIME and not p.retraction for p in panes) == 1
+    if retracting:  # a later pane of a corrected window retracts the correction itself
+        for p in later_panes:
+            if p.retraction and p.window in {c.window for c in corrected.panes}:
+                assert p.emitted_at == 30 or p.emitted_at >= 40
+                assert any(c == replace(p, retraction=False, emitted_at=c.emitted_at) for c in corrected.panes) or \
+                    any(q == replace(p, retraction=False, emitted_at=q.emitted_at) for q in later_panes)
     else:
-        assert retracted == []
+        assert not any(p.retraction for p in emitted)

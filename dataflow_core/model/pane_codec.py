@@ -1,0 +1,72 @@
+"""One way between a model `Pane` and a flat row (what tables, Arrow batches and JSON hold).
+
+Every path that stores or ships panes (Spark stages, the pane log, upstream stages' input,
+corrections, live state, scenario replays) uses these two functions, so a pane read back is
+the pane that was written, metadata included. Times are epoch milliseconds; `ts` is None
+for the end of time (the global window's timestamp) and the window bounds are None for the
+global window.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Hashable, Mapping
+
+from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.model.windows import GLOBAL_WINDOW, GlobalWindow, IntervalWindow, Window
+
+PANE_FIELDS = (
+    "window_start", "window_end", "value", "ts", "timing", "pane_index", "on_time_index",
+    "is_first", "is_last", "is_retraction", "emitted_at",
+)
+"""A pane's row, after its key."""
+
+Codec = Callable[[Any], Any]
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def window_bounds(window: Window) -> tuple[int | None, int | None]:
+    return (None, None) if isinstance(window, GlobalWindow) else (window.start, window.end)
+
+
+def window_of(start: int | None, end: int | None) -> Window:
+    return GLOBAL_WINDOW if start is None else IntervalWindow(start, end)  # type: ignore[arg-type]
+
+
+def pane_to_row(pane: Pane, encode_value: Codec = _same) -> dict[str, Any]:
+    start, end = window_bounds(pane.window)
+    return {
+        "window_start": start,
+        "window_end": end,
+        "value": encode_value(pane.value),
+        "ts": None if pane.timestamp >= END_OF_TIME - 1 else pane.timestamp,
+        "timing": pane.timing.value,
+        "pane_index": pane.index,
+        "on_time_index": pane.on_time_index,
+        "is_first": pane.first,
+        "is_last": pane.last,
+        "is_retraction": pane.retraction,
+        "emitted_at": pane.emitted_at,
+    }
+
+
+def pane_from_row(key: Hashable, row: Mapping[str, Any], decode_value: Codec = _same) -> Pane:
+    """The pane of a row with `PANE_FIELDS` (a row without `is_first`/`is_last`, such as a
+    results row, is its window's standing pane: first when its index is 0, not last)."""
+    first = row.get("is_first")
+    return Pane(
+        key=key,
+        window=window_of(row["window_start"], row["window_end"]),
+        value=decode_value(row["value"]),
+        timestamp=END_OF_TIME - 1 if row["ts"] is None else int(row["ts"]),
+        timing=PaneTiming(row["timing"]),
+        index=int(row["pane_index"]),
+        on_time_index=None if row["on_time_index"] is None else int(row["on_time_index"]),
+        first=bool(row["pane_index"] == 0 if first is None else first),
+        last=bool(row.get("is_last") or False),
+        emitted_at=int(row["emitted_at"]),
+        retraction=bool(row.get("is_retraction") or False),
+    )

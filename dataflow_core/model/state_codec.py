@@ -1,0 +1,112 @@
+"""A key's window set as versioned JSON data: what live state stores between micro-batches.
+
+The state is data, not pickled objects: reading it runs no code, and it survives renamed
+classes. Windows, trigger state trees, pane histories and standing panes are written as
+explicit fields; accumulators as their combiner declares (`CombineFn.encode_accumulator`);
+pane values as JSON values. Cached timers are not stored (they are derived). A version
+this build does not know is refused, never guessed at.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
+from dataflow_core.model.panes import OnTime
+from dataflow_core.model.triggers import TriggerState
+
+if TYPE_CHECKING:
+    from dataflow_core.model.group_by_window import KeyedWindowSet, WindowState
+
+STATE_VERSION = 1
+
+
+class UnknownStateVersion(ValueError):
+    """Stored state written by a build whose format this one does not read."""
+
+
+def encode_key_state(ks: "KeyedWindowSet") -> dict | None:
+    if not ks.windows:
+        return None
+    combiner = ks.strategy.combiner
+    return {
+        "version": STATE_VERSION,
+        "dropped": ks.dropped,
+        "dropped_elements": ks.dropped_elements,
+        "windows": [_window(ws, combiner) for _, ws in sorted(ks.windows.items(), key=lambda i: (i[0].end, i[0].start))],
+    }
+
+
+def decode_key_state(ks: "KeyedWindowSet", data: dict | None) -> "KeyedWindowSet":
+    from dataflow_core.model.group_by_window import WindowState
+
+    if data is None:
+        return ks
+    version = data.get("version") if isinstance(data, dict) else None
+    if version != STATE_VERSION:
+        raise UnknownStateVersion(
+            f"live state of key {ks.key!r} has format version {version!r}; this build reads version "
+            f"{STATE_VERSION} only (state written by another version of dataflow_core: run that version, "
+            "or reset the pipeline's live state)"
+        )
+    combiner = ks.strategy.combiner
+    ks.dropped = int(data["dropped"])
+    ks.dropped_elements = int(data["dropped_elements"])
+    for w in data["windows"]:
+        window = window_of(w["start"], w["end"])
+        ws = WindowState(
+            window=window,
+            trigger=_trigger_from(w["trigger"]),
+            acc=combiner.decode_accumulator(w["acc"]),
+            on_time=OnTime(w["on_time"]),
+            pending=w["pending"],
+            ts_min=w["ts_min"],
+            ts_max=w["ts_max"],
+            next_index=w["next_index"],
+            next_on_time_index=w["next_on_time_index"],
+            standing=None if w["standing"] is None else pane_from_row(ks.key, w["standing"]),
+            absorbed=[pane_from_row(ks.key, p) for p in w["absorbed"]],
+            ended=w["ended"],
+        )
+        ks._refresh_timers(ws)
+        ks.windows[window] = ws
+    return ks
+
+
+def _window(ws: "WindowState", combiner: Any) -> dict:
+    start, end = window_bounds(ws.window)
+    return {
+        "start": start,
+        "end": end,
+        "trigger": _trigger(ws.trigger),
+        "acc": combiner.encode_accumulator(ws.acc),
+        "on_time": ws.on_time.value,
+        "pending": ws.pending,
+        "ts_min": ws.ts_min,
+        "ts_max": ws.ts_max,
+        "next_index": ws.next_index,
+        "next_on_time_index": ws.next_on_time_index,
+        "standing": None if ws.standing is None else pane_to_row(ws.standing),
+        "absorbed": [pane_to_row(p) for p in ws.absorbed],
+        "ended": ws.ended,
+    }
+
+
+def _trigger(t: TriggerState) -> dict:
+    return {
+        "finished": t.finished,
+        "data": t.data,
+        "processing_timer": t.processing_timer,
+        "event_timer": t.event_timer,
+        "children": [_trigger(c) for c in t.children],
+    }
+
+
+def _trigger_from(d: dict) -> TriggerState:
+    return TriggerState(
+        finished=d["finished"],
+        data=dict(d["data"]),
+        processing_timer=d["processing_timer"],
+        event_timer=d["event_timer"],
+        children=[_trigger_from(c) for c in d["children"]],
+    )

@@ -1,0 +1,98 @@
+"""A key's state written as JSON data and read back carries on exactly as if never stored."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.combiners import DistinctCountFn, MeanFn, MinFn, SumFn, ToListFn
+from dataflow_core.model.group_by_window import Element, KeyedWindowSet
+from dataflow_core.model.state_codec import STATE_VERSION, UnknownStateVersion
+from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
+from dataflow_core.model.time import END_OF_TIME, parse_duration
+from dataflow_core.model.triggers import (
+    AfterCount, AfterPercentileWatermark, AfterProcessingTime, AfterWatermark, OrFinally, Repeatedly,
+)
+from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
+from tests.core.properties_common import pickle_free
+
+S = 1000
+WINDOWS = st.sampled_from([FixedWindows(120 * S), SlidingWindows(180 * S, 60 * S), Sessions(60 * S), GlobalWindows()])
+TRIGGERS = st.sampled_from([
+    AfterWatermark(early=AfterProcessingTime(60 * S), late=AfterCount(1)),
+    Repeatedly(AfterCount(2)),
+    OrFinally(Repeatedly(AfterCount(1)), AfterPercentileWatermark(0.5)),
+])
+COMBINERS = st.sampled_from([SumFn(), MeanFn(), MinFn(), ToListFn(), DistinctCountFn()])
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.lists(st.tuples(st.integers(0, 9), st.integers(0, 900)), min_size=1, max_size=4)),
+        st.tuples(st.just("watermark"), st.integers(0, 200)),
+        st.tuples(st.just("clock"), st.integers(1, 120)),
+    ),
+    min_size=1, max_size=16,
+)
+
+
+def _drive(ks: KeyedWindowSet, steps, state: dict) -> list:
+    """Apply steps; `state` carries the clock and watermark across calls."""
+    out = []
+    for kind, arg in steps:
+        if kind == "add":
+            out += ks.add_bundle([Element(v, t * S) for v, t in arg], state["at"], state["wm"])
+        elif kind == "watermark":
+            new = state["wm"] + arg * S
+            out += ks.advance_watermark(state["wm"], new, state["at"])
+            state["wm"] = new
+        else:
+            state["at"] += arg * S
+            out += ks.fire_processing_timers(state["at"], state["wm"])
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(WINDOWS, TRIGGERS, COMBINERS, st.sampled_from(list(AccumulationMode)), STEPS, STEPS,
+       st.sampled_from(list(TimestampCombiner)))
+def test_state_round_trip_continues_exactly(window_fn, trigger, combiner, mode, before, after, tc):
+    if mode is AccumulationMode.RETRACTING and not combiner.can_retract:
+        mode = AccumulationMode.ACCUMULATING
+    strategy = WindowingStrategy(window_fn=window_fn, trigger=trigger, accumulation=mode,
+                                 allowed_lateness=parse_duration("10m"), combiner=combiner, timestamp_combiner=tc)
+    straight, clock = KeyedWindowSet("k", strategy), {"at": 0, "wm": 0}
+    _drive(straight, before, clock)
+    expected = _drive(straight, after + [("watermark", 10**9)], dict(clock))
+
+    stored, clock = KeyedWindowSet("k", strategy), {"at": 0, "wm": 0}
+    _drive(stored, before, clock)
+    text = json.dumps(stored.to_state())  # what the state table holds
+    assert pickle_free(text)
+    resumed = KeyedWindowSet.from_state("k", strategy, json.loads(text))
+    assert resumed.to_state() == stored.to_state()
+    assert _drive(resumed, after + [("watermark", 10**9)], dict(clock)) == expected
+    assert (resumed.dropped, resumed.dropped_elements) == (straight.dropped, straight.dropped_elements)
+
+
+def test_an_unknown_state_version_is_refused_with_a_clear_error():
+    strategy = WindowingStrategy(window_fn=FixedWindows(60 * S), combiner=SumFn())
+    ks = KeyedWindowSet("k", strategy)
+    ks.add_bundle([Element(1, 5 * S)], 0, 0)
+    state = ks.to_state()
+    assert state is not None and state["version"] == STATE_VERSION
+    with pytest.raises(UnknownStateVersion, match=r"format version 99; this build reads version 1"):
+        KeyedWindowSet.from_state("k", strategy, {**state, "version": 99})
+    with pytest.raises(UnknownStateVersion, match="format version None"):
+        KeyedWindowSet.from_state("k", strategy, {"windows": []})
+
+
+def test_an_empty_key_has_no_state():
+    strategy = WindowingStrategy(window_fn=FixedWindows(60 * S), combiner=SumFn())
+    ks = KeyedWindowSet("k", strategy)
+    assert ks.to_state() is None
+    assert KeyedWindowSet.from_state("k", strategy, None).windows == {}
+    ks.add_bundle([Element(1, 5 * S)], 0, 0)
+    ks.advance_watermark(0, END_OF_TIME, 1)  # collected: nothing left to keep
+    assert ks.to_state() is None
