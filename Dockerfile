@@ -44,6 +44,6 @@ RUN pip install --no-deps -e . && chown -R dataflow:0 /opt/dataflow
 
 USER dataflow
 # Resolve the Delta jars from Maven Central now, so containers start without network access.
-RUN python -m dataflow_core.spark.jars
+RUN python -m dataflow_core.spark.platform.jars
 
 ENV DATAFLOW_WAREHOUSE=/warehouse

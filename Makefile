@@ -28,7 +28,7 @@ PYTEST_ARGS ?=
 .PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
 
 setup: $(VENV)/.ready
-	@$(PY) -m dataflow_core.spark.jars
+	@$(PY) -m dataflow_core.spark.platform.jars
 
 $(PY):
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'

@@ -142,7 +142,7 @@ def _baseline_write(spark, aggregated, table: str, keys: list[str]) -> None:
 
 
 def _path(spark, table: str) -> str:
-    from dataflow_core.spark.tables import table_path
+    from dataflow_core.spark.platform.tables import table_path
 
     return table_path(spark, table)
 
@@ -158,7 +158,7 @@ def child(args: argparse.Namespace) -> int:
         out.update(run_reference(Path(args.events), memory=args.memory))
         print("RESULT " + json.dumps(out), flush=True)
         return 0
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     register_pipelines()
     started = time.perf_counter()
@@ -182,7 +182,7 @@ def child(args: argparse.Namespace) -> int:
     elif args.what == "elements":  # the replay's events, for the reference runner (not timed)
         dump_elements(spark, "bench_replay", Path(args.events))
     else:  # backfill or replay through the product
-        from dataflow_core.spark.backfill import run_backfill
+        from dataflow_core.spark.jobs.backfill import run_backfill
 
         phases: list[tuple[float, str]] = []
         t0 = time.perf_counter()
@@ -209,8 +209,8 @@ def dump_elements(spark, pipeline: str, target: Path) -> None:
     from pyspark.sql import functions as F
 
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.backfill import parse_time
-    from dataflow_core.spark.pipeline_input import EventRange, elements, read_rows, tag_rows
+    from dataflow_core.spark.jobs.backfill import parse_time
+    from dataflow_core.spark.input.rows import EventRange, elements, read_rows, tag_rows
 
     spec = get(pipeline)
     span = EventRange(parse_time(START, "start"), parse_time(END, "end"))

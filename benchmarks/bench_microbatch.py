@@ -188,7 +188,7 @@ def chunk_rows(spark, opts, chunk: Chunk):
 
     from dataflow_core.sample.config import SampleConfig
     from dataflow_core.sample.video_events import EVENT_TIME_FORMAT, generate_events, utc_date
-    from dataflow_core.spark.tables import read_table, table_exists
+    from dataflow_core.spark.platform.tables import read_table, table_exists
 
     config = SampleConfig(
         rows=chunk.rows, seed=chunk.seed, start=dt.datetime.fromtimestamp(chunk.start_ms / 1000, dt.timezone.utc),
@@ -220,7 +220,7 @@ def chunk_rows(spark, opts, chunk: Chunk):
 
 def append_chunk(spark, opts, chunk: Chunk) -> int:
     from dataflow_core.sample.video_events import PARTITION_COLUMN
-    from dataflow_core.spark.tables import write_table
+    from dataflow_core.spark.platform.tables import write_table
 
     return write_table(spark, chunk_rows(spark, opts, chunk), INPUT, mode="append",
                        partition_by=[PARTITION_COLUMN]).rows_inserted
@@ -234,15 +234,15 @@ class PhaseClock:
     named after the stretch."""
 
     TARGETS = (
-        ("dataflow_core.spark.microbatch", "_records", "read dataflow_batches"),
-        ("dataflow_core.spark.microbatch", "_begin", "begin: batch records, claim"),
-        ("dataflow_core.spark.microbatch", "_fence", "fence: read dataflow_batches"),
-        ("dataflow_core.spark.microbatch", "write_quarantine", "quarantine MERGE"),
-        ("dataflow_core.spark.microbatch", "_remember", "seen ids MERGE (remember)"),
-        ("dataflow_core.spark.outputs", "write_panes", "pane log write"),
-        ("dataflow_core.spark.outputs", "merge_results", "results MERGE"),
-        ("dataflow_core.spark.outputs", "merge_rows", None),  # by table: the state MERGE
-        ("dataflow_core.spark.microbatch", "_append_record", "dataflow_batches append"),
+        ("dataflow_core.spark.jobs.microbatch", "_records", "read dataflow_batches"),
+        ("dataflow_core.spark.jobs.microbatch", "_begin", "begin: batch records, claim"),
+        ("dataflow_core.spark.jobs.microbatch", "_fence", "fence: read dataflow_batches"),
+        ("dataflow_core.spark.jobs.microbatch", "write_quarantine", "quarantine MERGE"),
+        ("dataflow_core.spark.jobs.microbatch", "_remember", "seen ids MERGE (remember)"),
+        ("dataflow_core.spark.sinks.results", "write_panes", "pane log write"),
+        ("dataflow_core.spark.sinks.results", "merge_results", "results MERGE"),
+        ("dataflow_core.spark.sinks.results", "merge_rows", None),  # by table: the state MERGE
+        ("dataflow_core.spark.jobs.microbatch", "_append_record", "dataflow_batches append"),
     )
 
     def __init__(self) -> None:
@@ -305,8 +305,8 @@ def _stretch(message: str) -> str:
 
 
 def start_spark(opts, name: str):
-    from dataflow_core.spark.session import get_spark
-    from dataflow_core.spark.tables import read_table, table_exists
+    from dataflow_core.spark.platform.session import get_spark
+    from dataflow_core.spark.platform.tables import read_table, table_exists
 
     register_pipeline()
     spark = get_spark(f"bench-microbatch-{name}", warehouse=opts.warehouse)
@@ -317,7 +317,7 @@ def start_spark(opts, name: str):
 
 def timed_batch(spark, clock: PhaseClock, now_ms: int) -> dict:
     """One `run_microbatch`, timed, with its process tree's CPU seconds and peak RSS."""
-    from dataflow_core.spark.microbatch import run_microbatch
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
 
     sampler = TreeSampler(os.getpid(), 0.2)
     sampler.start()
@@ -339,7 +339,7 @@ def timed_batch(spark, clock: PhaseClock, now_ms: int) -> dict:
 def table_details(spark) -> dict[str, dict]:
     """Each table of the warehouse (input, pane log, results, state, seen ids, batch records,
     quarantine): rows, active files, bytes and Delta version."""
-    from dataflow_core.spark.tables import list_tables, read_table, table_path
+    from dataflow_core.spark.platform.tables import list_tables, read_table, table_path
 
     out = {}
     for t in list_tables(spark):
@@ -389,7 +389,7 @@ def child(opts) -> int:
 def build(spark, opts) -> dict:
     """Append and process the history chunk by chunk; maintenance weekly and at the end."""
     from dataflow_core.airflow.tasks import maintain
-    from dataflow_core.spark.microbatch import run_microbatch
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
 
     log = open(Path(opts.warehouse) / "build.log", "a", buffering=1)
     say = lambda m: log.write(f"{time.strftime('%H:%M:%S')} {m}\n")  # noqa: E731

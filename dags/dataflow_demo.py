@@ -70,8 +70,8 @@ def clear_previous_output(params: Mapping[str, Any]) -> None:
     """Each run regenerates the input table, so the output must describe this run only: rows
     MERGEd by an earlier run (perhaps with another window size) are deleted first, as a Delta
     DELETE (the earlier version stays readable by time travel)."""
-    from dataflow_core.spark.session import get_spark
-    from dataflow_core.spark.tables import table_exists, table_path
+    from dataflow_core.spark.platform.session import get_spark
+    from dataflow_core.spark.platform.tables import table_exists, table_path
 
     spark = get_spark("dataflow-demo", master=params.get("master") or None,
                       warehouse=params.get("warehouse") or None)

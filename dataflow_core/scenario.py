@@ -212,7 +212,7 @@ def replay_local(scenario: Scenario) -> ReplayResult:
 
 RUNNERS: dict[str, str] = {
     "local": "dataflow_core.scenario:replay_local",
-    "spark": "dataflow_core.spark.scenario_runner:replay_spark",
+    "spark": "dataflow_core.spark.jobs.scenario:replay_spark",
 }
 """Runner name -> "module:function" taking a Scenario and returning a ReplayResult."""
 

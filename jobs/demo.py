@@ -67,9 +67,9 @@ def _run(args: argparse.Namespace) -> int:
     from dataflow_core.pipelines import all_pipelines
     from dataflow_core.sample.config import SampleConfig
     from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.backfill import run_backfill
-    from dataflow_core.spark.session import get_spark, warehouse_root
-    from dataflow_core.spark.tables import register_tables
+    from dataflow_core.spark.jobs.backfill import run_backfill
+    from dataflow_core.spark.platform.session import get_spark, warehouse_root
+    from dataflow_core.spark.platform.tables import register_tables
 
     # Few users and ads, so that a user's views of one ad form sessions worth watching.
     config = SampleConfig(rows=args.rows, seed=42, start=START, span_hours=SPAN_HOURS, users=40, ads=8)
@@ -142,7 +142,7 @@ def _run(args: argparse.Namespace) -> int:
     ))
 
     step("live micro-batches of ad_sessions: new views arrive, some twice, some late")
-    from dataflow_core.spark.microbatch import run_microbatch
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
 
     live = [
         ("2024-05-01T06:05:00Z", None),
@@ -209,7 +209,7 @@ DEMO_TABLES = (
 def _fresh_start(spark) -> None:
     """The demo regenerates its input, so it starts its outputs, live state and stream
     checkpoints afresh (a stream cannot continue over an overwritten input)."""
-    from dataflow_core.spark.session import warehouse_root
+    from dataflow_core.spark.platform.session import warehouse_root
 
     jvm = spark.sparkContext._jvm
     conf = spark.sparkContext._jsc.hadoopConfiguration()
@@ -221,7 +221,7 @@ def _fresh_start(spark) -> None:
 
 
 def _ledger(step: _Steps, result) -> bool:
-    from dataflow_core.spark.runs import Ledger
+    from dataflow_core.spark.sinks.runs import Ledger
 
     ledger = Ledger(**{k: v for k, v in result.ledger.items() if k != "balanced"})
     for line in ledger.lines():

@@ -172,8 +172,8 @@ def _run(args: argparse.Namespace) -> int:
 
     from dataflow_core.quality import split_valid_rows, validate_dataframe
     from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.session import get_spark
-    from dataflow_core.spark.tables import merge_upsert, read_table, write_table
+    from dataflow_core.spark.platform.session import get_spark
+    from dataflow_core.spark.platform.tables import merge_upsert, read_table, write_table
 
     started = time.monotonic()
     step = _Steps()

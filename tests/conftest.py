@@ -31,7 +31,7 @@ def warehouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="session")
 def spark(warehouse: Path) -> Iterator["SparkSession"]:
     """A local[2] SparkSession with Delta, writing tables under `warehouse`."""
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     session = get_spark(app_name="dataflow-tests", master="local[2]", warehouse=str(warehouse))
     _shared.update(session=session, warehouse=str(warehouse))
@@ -48,6 +48,6 @@ def _restore_warehouse() -> Iterator[None]:
     """
     yield
     if _shared:
-        from dataflow_core.spark.session import WAREHOUSE_CONF
+        from dataflow_core.spark.platform.session import WAREHOUSE_CONF
 
         _shared["session"].conf.set(WAREHOUSE_CONF, _shared["warehouse"])  # type: ignore[attr-defined]

@@ -163,7 +163,7 @@ def check_request(params: Mapping[str, Any], warehouse: str | None = None) -> Ba
 
 def _check_input_table(table: str, warehouse: str | None) -> None:
     """A local warehouse is looked at directly (no Spark); a URI is left to the input gate."""
-    from dataflow_core.spark.session import resolve_warehouse
+    from dataflow_core.spark.platform.session import resolve_warehouse
 
     root = resolve_warehouse(warehouse)
     if "://" in root:

@@ -28,7 +28,7 @@ def _say(message: str) -> None:
 
 
 def spark_session(app: str):
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     return get_spark(app)
 
@@ -102,7 +102,7 @@ def backfill_day(
     say: Say = _say,
 ) -> dict[str, Any]:
     """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once."""
-    from dataflow_core.spark.backfill import run_backfill
+    from dataflow_core.spark.jobs.backfill import run_backfill
 
     first = dt.date.fromisoformat(day)
     end = (first + dt.timedelta(days=1)).isoformat()
@@ -176,11 +176,11 @@ class Busy(Exception):
 def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
     """One micro-batch of `pipeline`; raises Busy when another run holds the pipeline."""
     try:
-        from dataflow_core.spark.microbatch import PipelineBusy, run_microbatch
+        from dataflow_core.spark.jobs.microbatch import PipelineBusy, run_microbatch
     except ImportError as exc:
         raise DataflowError(
             f"micro-batches are not available in this installation ({exc}); "
-            "dataflow_core.spark.microbatch is needed"
+            "dataflow_core.spark.jobs.microbatch is needed"
         ) from None
     spark = spark_session(f"dataflow-microbatch-{pipeline}")
     try:
@@ -201,7 +201,7 @@ def pipeline_tables(spark, pipeline: str) -> list[str]:
     """The pipeline's output and state tables that exist: every stage's results and pane
     log, and any other table named `<stage output>_*` or `<pipeline>_*` (state, quarantine)."""
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.tables import list_tables
+    from dataflow_core.spark.platform.tables import list_tables
 
     spec = get(pipeline)
     prefixes = tuple({f"{s.output}_" for s in spec.stages} | {f"{spec.name}_"})
@@ -226,7 +226,7 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
     micro-batches' duplicate-detection horizon (`<pipeline>__seen_ids`)."""
     from delta.tables import DeltaTable
 
-    from dataflow_core.spark.tables import table_path
+    from dataflow_core.spark.platform.tables import table_path
 
     spark = spark_session(f"dataflow-maintenance-{pipeline}")
     hours = retention_hours(pipeline)
@@ -234,10 +234,10 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.microbatch import expire_seen_ids, seen_table
+    from dataflow_core.spark.jobs.microbatch import expire_seen_ids, seen_table
 
-    from dataflow_core.spark.microbatch import BATCHES_TABLE
-    from dataflow_core.spark.tables import table_exists
+    from dataflow_core.spark.jobs.microbatch import BATCHES_TABLE
+    from dataflow_core.spark.platform.tables import table_exists
 
     # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
     shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []

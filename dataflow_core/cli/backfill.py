@@ -33,13 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.backfill import parse_time, run_backfill
-    from dataflow_core.spark.runs import Ledger
+    from dataflow_core.spark.jobs.backfill import parse_time, run_backfill
+    from dataflow_core.spark.sinks.runs import Ledger
 
     get(args.pipeline)  # unknown names fail before Spark starts
     parse_time(args.start, "--start")
     parse_time(args.end, "--end")
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     started = time.monotonic()
 

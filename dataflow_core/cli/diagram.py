@@ -100,7 +100,7 @@ def _from_tables(args: argparse.Namespace):
 
     _, stage = _stage(spec, args.stage)  # a bad --stage or --key fails before Spark starts
     parse_key(args.key[0], getattr(stage, "key_columns", ()))
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     kwargs = {k: v for k, v in (("master", args.master), ("warehouse", args.warehouse)) if v}
     spark = get_spark(app_name="dataflow-diagram", **kwargs)

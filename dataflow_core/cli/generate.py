@@ -59,8 +59,8 @@ def run(args: argparse.Namespace) -> int:
         ad_share=args.ad_share,
     )
     from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.session import get_spark, resolve_master, resolve_warehouse
-    from dataflow_core.spark.tables import check_table_name
+    from dataflow_core.spark.platform.session import get_spark, resolve_master, resolve_warehouse
+    from dataflow_core.spark.platform.tables import check_table_name
 
     check_table_name(args.table)
 

@@ -41,9 +41,9 @@ def run(args: argparse.Namespace) -> int:
             raise DataflowError(f"--loop: {exc}") from None
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
-    from dataflow_core.spark.microbatch import BUSY_EXIT, PipelineBusy, run_microbatch
-    from dataflow_core.spark.runs import Ledger
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.jobs.microbatch import BUSY_EXIT, PipelineBusy, run_microbatch
+    from dataflow_core.spark.sinks.runs import Ledger
+    from dataflow_core.spark.platform.session import get_spark
 
     started = time.monotonic()
 

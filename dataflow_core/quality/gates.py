@@ -88,7 +88,7 @@ class GateOutcome:
 def _docs_dir(spark: "SparkSession", docs_dir: str | os.PathLike[str] | None) -> str:
     if docs_dir is not None:
         return os.fspath(docs_dir)
-    from dataflow_core.spark.session import warehouse_root
+    from dataflow_core.spark.platform.session import warehouse_root
 
     return str(data_docs_root(warehouse_root(spark)))
 
@@ -123,7 +123,7 @@ def _share(env: str, default: float) -> float:
 
 def _append(spark: "SparkSession", rows: "DataFrame", table: str) -> int:
     """Append `rows` to `table` (created on first use); returns how many."""
-    from dataflow_core.spark.tables import write_table
+    from dataflow_core.spark.platform.tables import write_table
 
     rows = rows.persist()
     try:
@@ -170,7 +170,7 @@ def input_frame(spark: "SparkSession", spec: "PipelineSpec", start, end) -> "Dat
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.pipeline_input import EventRange, read_rows
+    from dataflow_core.spark.input.rows import EventRange, read_rows
 
     span = EventRange(_instant_ms(start, "start"), _instant_ms(end, "end"))
     rows = read_rows(spark, spec, span)
@@ -210,7 +210,7 @@ def gate_input(
     from pyspark.sql import functions as F
 
     from dataflow_core.quality.split import failed_rules
-    from dataflow_core.spark.pipeline_input import write_quarantine
+    from dataflow_core.spark.input.rows import write_quarantine
 
     spec = _spec(pipeline)
     rules = input_rules(spec)
@@ -269,7 +269,7 @@ def touched_panes(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[s
     all panes when `run_ids` is None."""
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     panes = read_table(spark, f"{stage.output}_panes")
     if run_ids is None:
@@ -392,7 +392,7 @@ def results_checks(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[
     results suite's derived `gate_*` columns."""
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     win = _window_cols(stage)
     panes = touched_panes(spark, stage, run_ids)
@@ -461,7 +461,7 @@ def gate_outputs(
     """The pane gate of every stage, and the results gate of every stage with a results
     table, for the windows the runs `run_ids` touched. Stages without a pane log yet (the
     runs emitted nothing there) are reported and skipped."""
-    from dataflow_core.spark.tables import table_exists
+    from dataflow_core.spark.platform.tables import table_exists
 
     spec = _spec(pipeline)
     ids = None if run_ids is None else list(run_ids)

@@ -16,7 +16,7 @@ from dataflow_core.sample.video_events import (
     describe_kinds,
     generate_events,
 )
-from dataflow_core.spark.tables import check_table_name, write_table
+from dataflow_core.spark.platform.tables import check_table_name, write_table
 
 WRITE_MODES = ("overwrite", "append")
 DEFAULT_TABLE = "video_events"

@@ -1,7 +1,7 @@
 """Every conformance scenario through the Spark runner (`dataflow replay --runner spark`).
 
 The Spark runner groups each scenario's arrivals by key in executors (Arrow batches) and runs
-the model there against the scenario's global schedule (`dataflow_core.spark.keyed_stage`).
+the model there against the scenario's global schedule (`dataflow_core.spark.execute.keyed_stage`).
 It must print exactly what the reference runner prints: the same JSON lines in the same order,
 the scenario's expected panes, and the same dropped count. One Spark session serves all cases
 (the `spark` fixture of tests/conftest.py), so each case costs about half a second.

@@ -23,8 +23,8 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, HeuristicWatermark
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions
 from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 from dataflow_core.runners.reference import ReferencePipelineRunner
-from dataflow_core.spark.backfill import run_backfill
-from dataflow_core.spark.tables import read_table
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.platform.tables import read_table
 
 DAY0 = int(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 M = 60_000
@@ -70,7 +70,7 @@ def billing_pipeline(name: str, table: str) -> PipelineSpec:
 
 
 def write_input(spark, table: str, rows: list[tuple], mode: str = "overwrite") -> None:
-    from dataflow_core.spark.tables import write_table
+    from dataflow_core.spark.platform.tables import write_table
 
     df = spark.createDataFrame([(e, u, a, v, ts(t), ts(i)) for e, u, a, v, t, i in rows], SCHEMA)
     write_table(spark, df, table, mode=mode)
@@ -206,7 +206,7 @@ def test_batch_results_equal_reference_final_panes(spark, drawn, fast):
 def _versions(spark, tables: list[str]) -> dict[str, int]:
     from delta.tables import DeltaTable
 
-    from dataflow_core.spark.tables import table_path
+    from dataflow_core.spark.platform.tables import table_path
 
     return {t: DeltaTable.forPath(spark, table_path(spark, t)).history(1).collect()[0]["version"] for t in tables}
 

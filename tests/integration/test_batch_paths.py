@@ -17,7 +17,7 @@ from dataflow_core.model.time import END_OF_TIME
 from dataflow_core.model.triggers import AfterCount, AfterWatermark, AlignedProcessingTime, Default, Repeatedly
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.runners.reference import ReferenceRunner
-from dataflow_core.spark.batch import fast_path_applies, final_values
+from dataflow_core.spark.execute.batch import fast_path_applies, final_values
 
 pytestmark = pytest.mark.integration
 

@@ -176,8 +176,8 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     }
 
     # The output, read with Spark SQL from the warehouse the UI's run wrote.
-    from dataflow_core.spark.session import WAREHOUSE_CONF
-    from dataflow_core.spark.tables import register_tables
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+    from dataflow_core.spark.platform.tables import register_tables
 
     spark.conf.set(WAREHOUSE_CONF, str(airflow_ui["warehouse"]))
     assert {"billing", "billing_panes", "dataflow_runs"} <= set(register_tables(spark))

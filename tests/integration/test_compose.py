@@ -230,7 +230,7 @@ def test_dockerfile_builds_the_project_image():
     assert "pip install --no-deps -e ." in runs
     # Delta jars are resolved at build time by the project's own module.
     modules = re.findall(r"python -m ([\w.]+)", runs)
-    assert "dataflow_core.spark.jars" in modules
+    assert "dataflow_core.spark.platform.jars" in modules
     for module in modules:
         path = ROOT / module.replace(".", "/")
         assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), (

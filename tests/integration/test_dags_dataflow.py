@@ -28,7 +28,7 @@ SAMPLE_ROWS = 3000
 def _sample(spark, warehouse: Path, **overrides) -> None:
     from dataflow_core.sample import SampleConfig
     from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.session import WAREHOUSE_CONF
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
 
     spark.conf.set(WAREHOUSE_CONF, str(warehouse))
     config = SampleConfig(**{"rows": SAMPLE_ROWS, "seed": 11, "span_hours": 48, **overrides})

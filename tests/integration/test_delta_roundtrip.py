@@ -10,7 +10,7 @@ from deltalake import write_deltalake
 import pyarrow as pa
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.tables import (
+from dataflow_core.spark.platform.tables import (
     list_tables,
     merge_upsert,
     read_table,

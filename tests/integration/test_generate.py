@@ -24,7 +24,7 @@ from dataflow_core.sample.video_events import (
     utc_date,
 )
 from dataflow_core.sample.write import write_sample
-from dataflow_core.spark.tables import read_table, table_path
+from dataflow_core.spark.platform.tables import read_table, table_path
 
 pytestmark = pytest.mark.integration
 

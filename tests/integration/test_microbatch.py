@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dataflow_core.model.time import format_instant
-from dataflow_core.spark.backfill import run_backfill
-from dataflow_core.spark.microbatch import CRASH_ENV, run_microbatch
-from dataflow_core.spark.tables import read_table
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.platform.tables import read_table
 from tests.integration.test_backfill import DAY0, M, sessions_pipeline, to_rows, write_input
 
 _names = itertools.count()
@@ -102,7 +102,7 @@ def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupte
     for run, crash in (("clean", None), ("crashed", point)):
         wh = tmp_path / run
         script = (
-            "from dataflow_core.spark.session import get_spark\n"
+            "from dataflow_core.spark.platform.session import get_spark\n"
             "from tests.integration.test_backfill import write_input\n"
             "spark = get_spark('w', master='local[1]', warehouse=%r)\n"
             "write_input(spark, 't_crash_in', %r)\n"
@@ -119,7 +119,7 @@ def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupte
         else:
             assert first.returncode == 0, first.stdout + first.stderr
         results[run] = wh
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.platform.session import get_spark
 
     spark = get_spark()
     for table in ("t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short", "t_crash_s__state"):
@@ -137,7 +137,7 @@ def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_co
     new ones that extend a corrected session. Both stages must end as a backfill over the
     final input says: a stale live state would still count the deleted view, and one that
     forgot the backfill's event ids would count the appended views twice."""
-    from dataflow_core.spark.tables import table_path
+    from dataflow_core.spark.platform.tables import table_path
 
     n = next(_names)
     live = sessions_pipeline(f"t_mb_fix_{n}", f"t_mb_fix_in_{n}")

@@ -65,14 +65,14 @@ GOOD_RESULTS = [result("u1", "a1", 0, 50, 3, "r2"), result("u2", "a1", 5, 40, 4)
 @pytest.fixture
 def wh(spark, tmp_path):
     """A fresh warehouse for this test (the shared session is pointed back afterwards)."""
-    from dataflow_core.spark.session import WAREHOUSE_CONF
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
 
     spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "wh"))
     return tmp_path
 
 
 def write(spark, rows, schema, name):
-    from dataflow_core.spark.tables import write_table
+    from dataflow_core.spark.platform.tables import write_table
 
     write_table(spark, spark.createDataFrame(rows, schema), name, mode="overwrite")
 
@@ -98,7 +98,7 @@ def test_consistent_pane_log_and_results_pass_and_build_data_docs(spark, wh):
 
 
 def test_pane_gate_fails_on_a_retraction_of_a_pane_that_never_stood(spark, wh):
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     rows = good_session_panes()
     # u2's window gets a retraction of value 9 at index 0: no pane 0 of value 9 ever stood.
@@ -145,7 +145,7 @@ def test_pane_gate_catches_gaps_double_on_time_double_retraction_and_bad_flags(s
 
 
 def test_results_gate_fails_when_the_table_differs_from_what_the_panes_net_to(spark, wh):
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     write(spark, good_session_panes(), PANE_SCHEMA, "ad_sessions_panes")
     stale = [
@@ -192,7 +192,7 @@ def sample(spark, **overrides):
 
 
 def test_input_gate_passes_a_normal_sample_and_quarantines_its_bad_rows(spark, wh):
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     sample(spark, rows=3000, malformed_share=0.015)
     outcome = gate_input(spark, "billing", "2024-05-01", "2024-05-02", "gate-5", docs_dir=wh / "docs")
@@ -209,7 +209,7 @@ def test_input_gate_passes_a_normal_sample_and_quarantines_its_bad_rows(spark, w
 
 
 def test_input_gate_fails_a_bad_input_with_the_summary(spark, wh):
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     sample(spark, malformed_share=0.2)
     outcome = gate_input(spark, "billing", "2024-05-01", "2024-05-02", "gate-7", docs_dir=wh / "docs")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark import jars
-from dataflow_core.spark.java import check_java, parse_java_major
+from dataflow_core.spark.platform import jars
+from dataflow_core.spark.platform.java import check_java, parse_java_major
 
 pytestmark = pytest.mark.integration
 

@@ -239,7 +239,7 @@ def test_backfills_leave_the_same_tables_on_a_standalone_cluster_as_in_local_mod
 
     from dataflow_core.sample.config import SampleConfig
     from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.session import WAREHOUSE_CONF
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
 
     local, remote = tmp_path / "local", tmp_path / "cluster"
     # The sample once (what `dataflow generate --rows 3000 --seed 3` writes), copied to both.

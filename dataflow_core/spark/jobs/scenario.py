@@ -20,8 +20,8 @@ SCHEMA = "key string, value string, event_ms bigint, retraction boolean, seq arr
 def replay_spark(scenario: Scenario) -> ReplayResult:
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
-    from dataflow_core.spark.session import get_spark
+    from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+    from dataflow_core.spark.platform.session import get_spark
 
     spark = get_spark("dataflow-replay")
     steps, rows, wm = [], [], scenario.start

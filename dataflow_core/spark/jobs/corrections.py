@@ -21,8 +21,8 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.group_by_window import Element
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.spark.tables import table_exists
-from dataflow_core.spark.upstream import PANE_FIELDS, pane_from_row
+from dataflow_core.spark.platform.tables import table_exists
+from dataflow_core.spark.input.upstream import PANE_FIELDS, pane_from_row
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -35,7 +35,7 @@ else the pane the backfill wrote."""
 def live_watermarks(spark: "SparkSession", spec: PipelineSpec) -> dict[str, Instant] | None:
     """Each stage's input watermark after the last finished micro-batch (None when the
     pipeline never ran live); refuses while a micro-batch is unfinished."""
-    from dataflow_core.spark.microbatch import _records
+    from dataflow_core.spark.jobs.microbatch import _records
 
     records = _records(spark, spec)
     if not records:
@@ -60,9 +60,9 @@ def restate(
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
-    from dataflow_core.spark.keyed_stage import OUTPUT_FIELDS, KeyCodec, decode_state, state_row
-    from dataflow_core.spark.microbatch import state_table, write_state
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.execute.keyed_stage import OUTPUT_FIELDS, KeyCodec, decode_state, state_row
+    from dataflow_core.spark.jobs.microbatch import state_table, write_state
+    from dataflow_core.spark.platform.tables import read_table
 
     name = state_table(stage)
     if not table_exists(spark, name):
@@ -108,7 +108,7 @@ def mark_seen(
 ) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
     seen ids (batch -1: a backfill's)."""
-    from dataflow_core.spark.microbatch import remember_ids, seen_table
+    from dataflow_core.spark.jobs.microbatch import remember_ids, seen_table
 
     keys = list(stage.key_columns)
     windows = corrections.where("present AND window_start IS NOT NULL").select(

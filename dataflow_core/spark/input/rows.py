@@ -70,7 +70,7 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange) -> "D
     rows with broken clocks can be in."""
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     df = read_table(spark, spec.input_table)
     missing = [c for c in (spec.partition_column,) if c and c not in df.columns]
@@ -162,8 +162,8 @@ def write_quarantine(
     once per pipeline (`row_id`), whatever the retries."""
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark import outputs
-    from dataflow_core.spark.tables import table_exists
+    from dataflow_core.spark.sinks import results as outputs
+    from dataflow_core.spark.platform.tables import table_exists
 
     name = f"{spec.input_table}_quarantine"
     input_cols = [c for c in bad.columns if c != REASON]
@@ -176,7 +176,7 @@ def write_quarantine(
         F.lit(False).alias("_delete"),
     )
     if table_exists(spark, name):
-        from dataflow_core.spark.tables import read_table
+        from dataflow_core.spark.platform.tables import read_table
 
         if "row_id" not in read_table(spark, name).columns:
             raise DataflowError(

@@ -32,14 +32,14 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, downstream_schedule
-from dataflow_core.spark import outputs
-from dataflow_core.spark.batch import final_values
-from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
-from dataflow_core.spark.pipeline_input import (
+from dataflow_core.spark.sinks import results as outputs
+from dataflow_core.spark.execute.batch import final_values
+from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.input.rows import (
     EventRange, count_rows, elements, quarantined, read_rows, tag_rows, write_quarantine,
 )
-from dataflow_core.spark.runs import Ledger, Run, RunResult, finish_run, record_watermarks, start_run
-from dataflow_core.spark.upstream import elements_from_panes, results_as_panes
+from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, finish_run, record_watermarks, start_run
+from dataflow_core.spark.input.upstream import elements_from_panes, results_as_panes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -143,7 +143,7 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say) -> 
             f"pipeline {spec.name!r}: stage {first.output!r} has one global window, which no "
             "event-time range owns; backfill needs interval windows in the first stage"
         )
-    from dataflow_core.spark.live_state import live_watermarks
+    from dataflow_core.spark.jobs.corrections import live_watermarks
 
     live = live_watermarks(spark, spec)  # refuses while a micro-batch is unfinished
     ledger = Ledger()
@@ -192,7 +192,7 @@ def _live(spark, spec: PipelineSpec, stage: StageSpec, els: "DataFrame", live: d
     state (and, for the first stage, the counted event ids into their seen ids)."""
     if live is None:
         return None
-    from dataflow_core.spark import live_state
+    from dataflow_core.spark.jobs import corrections as live_state
 
     def corrected(fixes: "DataFrame") -> None:
         watermark = live.get(stage.output, BEGINNING_OF_TIME)

@@ -51,14 +51,14 @@ from dataflow_core.model.time import END_OF_TIME, Instant, format_instant, parse
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import WATERMARK, TIMERS, HoldSpan, Schedule, Step, downstream_schedule
-from dataflow_core.spark import outputs
-from dataflow_core.spark.backfill import format_watermark
-from dataflow_core.spark.keyed_stage import KeyCodec, run_stage
-from dataflow_core.spark.pipeline_input import elements, quarantined, tag_rows, write_quarantine
-from dataflow_core.spark.runs import Ledger, RunResult
-from dataflow_core.spark.session import warehouse_root
-from dataflow_core.spark.tables import read_table, register_table, table_exists, table_path
-from dataflow_core.spark.upstream import elements_from_panes
+from dataflow_core.spark.sinks import results as outputs
+from dataflow_core.spark.jobs.backfill import format_watermark
+from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.input.rows import elements, quarantined, tag_rows, write_quarantine
+from dataflow_core.spark.sinks.runs import Ledger, RunResult
+from dataflow_core.spark.platform.session import warehouse_root
+from dataflow_core.spark.platform.tables import read_table, register_table, table_exists, table_path
+from dataflow_core.spark.input.upstream import elements_from_panes
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -217,7 +217,7 @@ def run_microbatch(
     tick when there is none). Raises PipelineBusy when another run holds the pipeline."""
     from pyspark.errors import StreamingQueryException
 
-    from dataflow_core.spark.backfill import parse_time
+    from dataflow_core.spark.jobs.backfill import parse_time
 
     spec = get(pipeline)
     say = progress or (lambda _m: None)

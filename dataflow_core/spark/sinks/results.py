@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from dataflow_core.pipelines.spec import StageSpec
-from dataflow_core.spark.tables import register_table, table_exists, table_path
+from dataflow_core.spark.platform.tables import register_table, table_exists, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -190,6 +190,6 @@ def merge_rows(
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
-    from dataflow_core.spark.tables import read_table
+    from dataflow_core.spark.platform.tables import read_table
 
     return read_table(spark, stage.output) if table_exists(spark, stage.output) else None

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.session import warehouse_root
+from dataflow_core.spark.platform.session import warehouse_root
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -2,7 +2,7 @@
 
 `delta-spark` on PyPI holds only the Python API; the engine is a set of JVM jars.
 Resolving them through `spark.jars.packages` on every Spark start costs tens of
-seconds and needs the network, so `make setup` (`python -m dataflow_core.spark.jars`)
+seconds and needs the network, so `make setup` (`python -m dataflow_core.spark.platform.jars`)
 resolves them once with Spark's own Ivy into `.cache/` and writes a manifest of the
 jar files; `get_spark` then passes those files as `spark.jars`.
 
@@ -30,7 +30,7 @@ from typing import Iterator
 from xml.sax.saxutils import quoteattr
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.java import check_java
+from dataflow_core.spark.platform.java import check_java
 
 SCALA_VERSION = "2.13"
 DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2/"
@@ -51,7 +51,7 @@ class JarManifest:
 
 def project_root() -> Path:
     """The checkout this package runs from (the package is installed editable)."""
-    return Path(__file__).resolve().parents[2]
+    return Path(__file__).resolve().parents[3]
 
 
 def cache_dir() -> Path:
@@ -251,7 +251,7 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """`make setup` step: check Java, then resolve and cache the Delta jars once."""
     parser = argparse.ArgumentParser(
-        prog="python -m dataflow_core.spark.jars",
+        prog="python -m dataflow_core.spark.platform.jars",
         description="Check Java and cache Delta Lake's jars for the installed pyspark.",
     )
     parser.add_argument("--force", action="store_true", help="resolve again even if cached")

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dataflow_core.spark.jars import delta_jars
-from dataflow_core.spark.java import check_java
+from dataflow_core.spark.platform.jars import delta_jars
+from dataflow_core.spark.platform.java import check_java
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
