@@ -1,40 +1,68 @@
 """`dataflow sql "SELECT ..."`: query the warehouse's Delta tables by name.
 
-Every Delta table folder under the warehouse root is registered under its folder
-name first, so `SELECT * FROM plays` just works.
+Every Delta table folder under the warehouse root is queryable by its folder name, so
+`SELECT * FROM billing_panes` just works.
+
+Engines (`--engine`):
+
+- `auto` (default): reads go to the fast reader (`dataflow_core.query`: delta-rs and its
+  DataFusion SQL engine, no JVM, about a tenth of a second); statements that write (INSERT,
+  MERGE, DELETE, UPDATE, CREATE, ...) go to Spark. If the fast reader cannot read a table (a
+  Delta reader feature delta-rs lacks), the query runs on Spark and a note says so on stderr.
+- `fast`: the fast reader only (an error if it cannot answer).
+- `spark`: Spark SQL on a Spark session (`--master`), as every job writes the tables.
+
+Output (`--format`): `table` (aligned text, every cell in full: nothing is cut), `csv`, or
+`json` (JSON Lines: one object per row). Timestamps are UTC, written `YYYY-MM-DD HH:MM:SS[.ffffff]`
+by both engines; JSON columns stay the JSON text they hold.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import datetime as dt
+import decimal
+import io
+import json
 import re
+import sys
+import time
 from typing import Any, Sequence
 
 from dataflow_core.errors import DataflowError
 
 DEFAULT_LIMIT = 20
-_MAX_CELL = 60  # wider values are cut so a row still fits a terminal
-
-
+ENGINES = ("auto", "fast", "spark")
+FORMATS = ("table", "csv", "json")
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "sql",
-        help="run Spark SQL over the warehouse's Delta tables",
+        help="run SQL over the warehouse's Delta tables (reads without a JVM)",
         description=(
-            "Run one Spark SQL statement over the Delta tables in the warehouse. "
-            "Each table folder under the warehouse root is queryable by its name."
+            "Run one SQL statement over the Delta tables in the warehouse. Each table folder "
+            "under the warehouse root is queryable by its name. Reads run on the fast reader "
+            "(delta-rs + DataFusion, no JVM); writes, and --engine spark, run on Spark."
         ),
         epilog=(
-            'example: dataflow sql "SELECT user_id, count(*) FROM plays GROUP BY user_id" -n 10'
+            'examples:\n'
+            '  dataflow sql "SELECT ad_id, value, timing FROM billing_panes ORDER BY emitted_at" -n 10\n'
+            '  dataflow sql "SELECT run_id, status, ledger FROM dataflow_runs" --format json\n'
+            '  dataflow sql "SELECT count(*) FROM video_events" --engine spark --master spark://host:7077'
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("query", help="the SQL statement (quote it)")
     parser.add_argument(
         "-n", "--limit", type=int, default=DEFAULT_LIMIT,
         help=f"print at most this many rows (default {DEFAULT_LIMIT}; 0 = all)",
     )  # fmt: skip
+    parser.add_argument("--format", choices=FORMATS, default="table",
+                        help="table (default; every cell in full), csv, or json (one object per line)")
+    parser.add_argument("--engine", choices=ENGINES, default="auto",
+                        help="auto (default: reads on the fast reader, writes on Spark), fast, or spark")
     parser.add_argument(
-        "--master", help="Spark master, e.g. spark://host:7077 (default $DATAFLOW_SPARK_MASTER or local[*])"
+        "--master", help="Spark master for --engine spark, e.g. spark://host:7077 (default $DATAFLOW_SPARK_MASTER or local[*])"
     )
     parser.add_argument(
         "--warehouse", help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)"
@@ -45,23 +73,74 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise DataflowError(f"--limit must be 0 or more, got {args.limit}")
-    from dataflow_core.spark.session import get_spark, warehouse_root
-    from dataflow_core.spark.tables import list_tables, register_tables
+    from dataflow_core.query import is_write
 
-    spark = get_spark(app_name="dataflow-sql", master=args.master, warehouse=args.warehouse)
+    engine = args.engine
+    if engine == "auto":
+        engine = "spark" if is_write(args.query) else "fast"
+    if engine == "fast" and is_write(args.query):
+        raise DataflowError("--engine fast only reads; run writes with --engine spark (or auto)")
+    started = time.perf_counter()
+    if engine == "fast":
+        from dataflow_core.query import FastReaderUnsupported
+
+        try:
+            columns, rows, more = fast_rows(args.query, args.warehouse, args.limit)
+            used = "fast reader"
+        except FastReaderUnsupported as exc:
+            if args.engine == "fast":
+                raise
+            print(f"dataflow sql: {exc}; running it on Spark instead", file=sys.stderr)
+            columns, rows, more = spark_rows(args.query, args.master, args.warehouse, args.limit)
+            used = "Spark"
+    else:
+        columns, rows, more = spark_rows(args.query, args.master, args.warehouse, args.limit)
+        used = "Spark"
+    seconds = time.perf_counter() - started
+    write(sys.stdout, args.format, columns, rows)
+    note = (f"(first {args.limit} rows; use --limit to see more)" if more
+            else f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+    if args.format == "table":
+        print(note)
+        print(f"({used}, {seconds:.2f} s)", file=sys.stderr)
+    else:  # stdout stays pure CSV / JSON
+        print(f"{note} ({used}, {seconds:.2f} s)", file=sys.stderr)
+    return 0
+
+
+def fast_rows(sql: str, warehouse: str | None, limit: int) -> tuple[list[str], list[list[Any]], bool]:
+    from dataflow_core.query import query
+
+    answer = query(sql, warehouse, limit=limit or None)
+    table = answer.table
+    columns = list(table.column_names)
+    # column by column: duplicate names (SELECT a.x, b.x) stay apart
+    rows = [list(r) for r in zip(*[table.column(i).to_pylist() for i in range(table.num_columns)])]
+    more = bool(limit) and len(rows) > limit
+    return columns, rows[:limit] if limit else rows, more
+
+
+def spark_rows(sql: str, master: str | None, warehouse: str | None, limit: int) -> tuple[list[str], list[list[Any]], bool]:
+    from dataflow_core.spark.platform.session import get_spark, warehouse_root
+    from dataflow_core.spark.platform.tables import list_tables, register_tables
+
+    spark = get_spark(app_name="dataflow-sql", master=master, warehouse=warehouse)
     register_tables(spark)
     try:
-        frame = spark.sql(args.query)
-        rows = frame.limit(args.limit + 1).collect() if args.limit else frame.collect()
+        frame = spark.sql(sql)
+        rows = frame.limit(limit + 1).collect() if limit else frame.collect()
     except Exception as exc:  # Spark raises several types; all become one line below
         raise DataflowError(_explain(exc, warehouse_root(spark), list_tables(spark))) from exc
-    shown = rows[: args.limit] if args.limit else rows
-    print(format_table(frame.columns, [list(row) for row in shown]))
-    if args.limit and len(rows) > args.limit:
-        print(f"(first {args.limit} rows; use --limit to see more)")
-    else:
-        print(f"({len(shown)} row{'s' if len(shown) != 1 else ''})")
-    return 0
+    more = bool(limit) and len(rows) > limit
+    shown = rows[:limit] if limit else rows
+    return list(frame.columns), [[_utc(v) for v in row] for row in shown], more
+
+
+def _utc(value: Any) -> Any:
+    """PySpark returns timestamps as naive datetimes in this process's local time zone."""
+    if isinstance(value, dt.datetime) and value.tzinfo is None:
+        return value.astimezone(dt.timezone.utc)
+    return value
 
 
 def _explain(exc: Exception, warehouse: str, tables: Sequence[str]) -> str:
@@ -75,14 +154,77 @@ def _explain(exc: Exception, warehouse: str, tables: Sequence[str]) -> str:
     return f"SQL failed: {message}"
 
 
+# --- output -------------------------------------------------------------------------------
+
+
+def plain(value: Any) -> Any:
+    """One cell as both engines should show it: timestamps as UTC wall time without a zone
+    (Spark's session zone is UTC), Decimals kept exact, bytes as hex, containers as JSON."""
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).hex()
+    if hasattr(value, "asDict"):  # a Spark Row (struct)
+        return {k: plain(v) for k, v in value.asDict().items()}
+    if isinstance(value, dict):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return [plain(v) for v in value]
+    return value
+
+
+def text(value: Any) -> str:
+    value = plain(value)
+    if value is None:
+        return "NULL"
+    if isinstance(value, dt.datetime):
+        return value.isoformat(sep=" ")
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, default=str, sort_keys=True)
+    return str(value)
+
+
+def _json_value(value: Any) -> Any:
+    value = plain(value)
+    if isinstance(value, (dt.datetime, dt.date, dt.time)):
+        return text(value)
+    if isinstance(value, decimal.Decimal):
+        return float(value) if value == value.to_integral_value() or abs(value) < 1e15 else str(value)
+    if isinstance(value, float) and value != value:
+        return None
+    if isinstance(value, dict):
+        return {k: _json_value(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_json_value(v) for v in value]
+    return value
+
+
+def write(out: Any, fmt: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
+    if fmt == "table":
+        out.write(format_table(columns, rows) + "\n")
+    elif fmt == "csv":
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            writer.writerow(["" if v is None else text(v) for v in row])
+    elif fmt == "json":
+        for row in rows:
+            out.write(json.dumps({c: _json_value(v) for c, v in zip(columns, row)}, default=str) + "\n")
+    else:
+        raise DataflowError(f"unknown --format {fmt!r} (use {', '.join(FORMATS)})")
+
+
 def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
-    """A plain-text grid: header, rule, rows; numbers right-aligned."""
+    """A plain-text grid: header, rule, rows; numbers right-aligned; every cell in full."""
     cells = [[_cell(value) for value in row] for row in rows]
     widths = [
         max([len(column)] + [len(row[index]) for row in cells]) for index, column in enumerate(columns)
     ]
     numeric = [
-        bool(rows) and all(isinstance(row[i], (int, float)) or row[i] is None for row in rows)
+        bool(rows) and all(isinstance(row[i], (int, float, decimal.Decimal)) and not isinstance(row[i], bool)
+                           or row[i] is None for row in rows)
         for i in range(len(columns))
     ]
 
@@ -97,6 +239,4 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
 
 
 def _cell(value: Any) -> str:
-    text = "NULL" if value is None else str(value)
-    text = text.replace("\n", "\\n")
-    return text if len(text) <= _MAX_CELL else text[: _MAX_CELL - 3] + "..."
+    return text(value).replace("\r", "\\r").replace("\n", "\\n")

@@ -1,7 +1,10 @@
-"""`dataflow sql` as users run it: the installed console script, in its own process."""
+"""`dataflow sql` as users run it: the installed console script, in its own process; and the
+fast reader (delta-rs + DataFusion, no JVM) against Spark SQL over every kind of table the
+product writes."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -66,11 +69,15 @@ def test_limit_cuts_rows_and_says_so(cli_warehouse: Path, capsys):
     assert out[-1] == "(first 2 rows; use --limit to see more)"
 
 
-def test_sql_error_is_one_readable_line(cli_warehouse: Path, capsys):
-    code = main(["sql", "SELEC 1", "--warehouse", str(cli_warehouse)])
+@pytest.mark.parametrize(("engine", "start"), [
+    ("auto", "dataflow sql: error: SQL failed: SQL error: ParserError"),
+    ("spark", "dataflow sql: error: SQL failed: [PARSE_SYNTAX_ERROR]"),
+])
+def test_sql_error_is_one_readable_line(cli_warehouse: Path, capsys, engine, start):
+    code = main(["sql", "SELEC 1", "--warehouse", str(cli_warehouse), "--engine", engine])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
-    assert len(err) == 1 and err[0].startswith("dataflow sql: error: SQL failed: [PARSE_SYNTAX_ERROR]")
+    assert len(err) == 1 and err[0].startswith(start), err
 
 
 def test_negative_limit_is_rejected(capsys):
@@ -81,3 +88,139 @@ def test_negative_limit_is_rejected(capsys):
 def test_format_table_aligns_numbers_right_and_marks_nulls():
     text = format_table(["name", "n"], [["a", 5], [None, 12]])
     assert text.splitlines() == ["name |  n", "-----+---", "a    |  5", "NULL | 12"]
+
+
+def test_long_cells_are_shown_in_full_and_other_formats(cli_warehouse: Path, capsys):
+    ledger = '{"read": 1, "accepted": 1, "per_stage": {"billing": {"panes": 3}}, "note": "' + "x" * 200 + '"}'
+    query = f"SELECT 'r-1' AS run_id, '{ledger}' AS ledger"
+    assert main(["sql", query, "--warehouse", str(cli_warehouse)]) == 0
+    out = capsys.readouterr().out
+    assert ledger in out and "..." not in out
+    assert main(["sql", "SELECT user_id, title, minutes FROM plays ORDER BY minutes", "--warehouse",
+                 str(cli_warehouse), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["user_id,title,minutes", "2,outro,1.25", "2,intro,2.0", "1,intro,3.5"]
+    assert "(3 rows) (fast reader" in captured.err
+    assert main(["sql", "SELECT user_id, title FROM plays ORDER BY minutes LIMIT 1", "--warehouse",
+                 str(cli_warehouse), "--format", "json"]) == 0
+    assert [json.loads(line) for line in capsys.readouterr().out.splitlines()] == [{"user_id": 2, "title": "outro"}]
+
+
+def test_writes_go_through_spark_and_fast_refuses_them(cli_warehouse: Path, spark, capsys):
+    assert main(["sql", "INSERT INTO plays VALUES (3, 'credits', 0.5)", "--warehouse", str(cli_warehouse)]) == 0
+    assert "(Spark," in capsys.readouterr().err
+    assert main(["sql", "SELECT count(*) AS n FROM plays WHERE user_id = 3", "--warehouse", str(cli_warehouse),
+                 "--format", "csv"]) == 0
+    assert capsys.readouterr().out.splitlines() == ["n", "1"]  # the fast reader sees Spark's write
+    assert main(["sql", "DELETE FROM plays WHERE user_id = 3", "--engine", "fast", "--warehouse", str(cli_warehouse)]) == 2
+    assert "--engine fast only reads" in capsys.readouterr().err
+    assert main(["sql", "DELETE FROM plays WHERE user_id = 3", "--warehouse", str(cli_warehouse)]) == 0
+
+
+# --- the fast reader against Spark SQL on every kind of table the product writes ----------
+
+
+@pytest.fixture(scope="module")
+def product_warehouse(spark, tmp_path_factory) -> Path:
+    """Tables written by the product's own commands (in-process, on the shared session): a
+    sample (`dataflow generate`), a micro-batch of `billing` (pane log, results, live state,
+    seen ids, `dataflow_batches`, input quarantine), a replay backfill (watermarks) of
+    `ad_sessions` (two stages, `dataflow_runs`) and a pane gate that fails (pane quarantine)."""
+    from dataflow_core.pipelines import get
+    from dataflow_core.quality.gates import gate_panes
+
+    root = tmp_path_factory.mktemp("product_warehouse")
+    wh = ["--warehouse", str(root)]
+    assert main(["generate", "--rows", "600", "--seed", "5", "--span-hours", "24", "--malformed-share", "0.02",
+                 "--table", "video_events", *wh]) == 0
+    assert main(["microbatch", "--pipeline", "billing", *wh]) == 0
+    assert main(["backfill", "--pipeline", "ad_sessions", "--start", "2024-05-01", "--end", "2024-05-02",
+                 "--replay", "--batch-interval", "30m", *wh]) == 0
+    # A pane that breaks a rule (a second ON_TIME pane of a window), so the gate quarantines.
+    assert main(["sql", "INSERT INTO billing_panes SELECT * FROM billing_panes WHERE timing = 'ON_TIME' LIMIT 1",
+                 *wh]) == 0
+    spark.conf.set("spark.dataflow.warehouse", str(root))
+    outcome = gate_panes(spark, get("billing").stages[0], None, "test-gate", "billing", docs_dir=root.parent / "docs")
+    assert not outcome.success and outcome.quarantined >= 2
+    return root
+
+
+TABLE_KINDS = {  # kind -> table (and a query that aggregates it)
+    "pane log": ("billing_panes", "SELECT timing, count(*) AS n, sum(value) AS total, max(emitted_at) AS last "
+                                  "FROM billing_panes GROUP BY timing ORDER BY timing"),
+    "second-stage pane log": ("ad_short_sessions_panes", "SELECT count(*) AS n FROM ad_short_sessions_panes"),
+    "results": ("billing", "SELECT ad_id, count(*) AS windows, sum(value) AS total FROM billing "
+                           "GROUP BY ad_id ORDER BY ad_id LIMIT 5"),
+    "live state": ("billing__state", "SELECT count(*) AS n, min(wake_timer) AS w FROM billing__state"),
+    "seen ids": ("billing__seen_ids", "SELECT count(*) AS n FROM billing__seen_ids"),
+    "input quarantine": ("video_events_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
+                                                    "video_events_quarantine GROUP BY quarantine_reason ORDER BY 1"),
+    "pane quarantine": ("billing_panes_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
+                                                    "billing_panes_quarantine GROUP BY quarantine_reason ORDER BY 1"),
+    "runs": ("dataflow_runs", "SELECT pipeline, status, count(*) AS n FROM dataflow_runs GROUP BY pipeline, status "
+                              "ORDER BY 1, 2"),
+    "batches": ("dataflow_batches", "SELECT pipeline, status, max(batch) AS b FROM dataflow_batches "
+                                    "GROUP BY pipeline, status ORDER BY 1, 2"),
+    "watermarks": ("dataflow_watermarks", "SELECT stage, count(*) AS n, max(watermark) AS w FROM "
+                                          "dataflow_watermarks GROUP BY stage ORDER BY stage"),
+    "input": ("video_events", "SELECT event_date, count(*) AS n FROM video_events GROUP BY event_date ORDER BY 1"),
+}
+
+
+def _normal(rows) -> list:
+    import datetime as dt
+    import decimal
+
+    from dataflow_core.cli.sql import plain
+
+    def one(v):
+        v = plain(v)
+        if isinstance(v, dt.datetime):
+            return round(v.replace(tzinfo=dt.timezone.utc).timestamp(), 6)
+        if isinstance(v, decimal.Decimal):
+            return str(v.normalize())
+        if isinstance(v, float):
+            return round(v, 9)
+        return v
+
+    return [tuple(one(v) for v in row) for row in rows]
+
+
+@pytest.mark.parametrize("kind", list(TABLE_KINDS))
+def test_fast_reader_returns_what_spark_sql_returns(product_warehouse: Path, spark, kind):
+    from dataflow_core.cli.sql import fast_rows, spark_rows
+
+    table, aggregate = TABLE_KINDS[kind]
+    assert (product_warehouse / table / "_delta_log").is_dir(), f"no {table} written"
+    for query in (f"SELECT * FROM {table}", aggregate):
+        f_cols, f_rows, _ = fast_rows(query, str(product_warehouse), 0)
+        s_cols, s_rows, _ = spark_rows(query, None, str(product_warehouse), 0)
+        assert f_cols == s_cols, query
+        fast, slow = _normal(f_rows), _normal(s_rows)
+        if "ORDER BY" not in query:
+            fast, slow = sorted(fast, key=repr), sorted(slow, key=repr)
+        assert fast == slow, query
+        assert fast, f"{query}: no rows"
+
+
+def test_fast_reader_lists_the_tables_spark_lists(product_warehouse: Path, spark):
+    from dataflow_core.query import list_tables
+    from dataflow_core.spark.platform.tables import list_tables as spark_tables
+
+    spark.conf.set("spark.dataflow.warehouse", str(product_warehouse))
+    assert list_tables(str(product_warehouse)) == spark_tables(spark)
+    assert {t for t, _ in TABLE_KINDS.values()} <= set(list_tables(str(product_warehouse)))
+
+
+def test_a_table_with_deletion_vectors_is_read_right_or_by_spark(spark, tmp_path, capsys):
+    """Spark's DELETE on a table with deletion vectors: `auto` returns the right rows,
+    through delta-rs if it can read them, else through Spark with a note."""
+    path = tmp_path / "dv"
+    path.mkdir()
+    spark.sql(f"CREATE TABLE delta.`{path}/plays` (user_id long, minutes double) USING delta "
+              "TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    spark.sql(f"INSERT INTO delta.`{path}/plays` VALUES (1, 1.0), (2, 2.0), (3, 3.0)")
+    spark.sql(f"DELETE FROM delta.`{path}/plays` WHERE user_id = 2")
+    assert main(["sql", "SELECT user_id FROM plays ORDER BY user_id", "--warehouse", str(path), "--format", "csv"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["user_id", "1", "3"], captured.err
