@@ -209,7 +209,7 @@ def dump_elements(spark, pipeline: str, target: Path) -> None:
     from pyspark.sql import functions as F
 
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.jobs.backfill import parse_time
+    from dataflow_core.options import parse_time
     from dataflow_core.spark.input.rows import EventRange, elements, read_rows, tag_rows
 
     spec = get(pipeline)

@@ -234,15 +234,15 @@ class PhaseClock:
     named after the stretch."""
 
     TARGETS = (
-        ("dataflow_core.spark.jobs.microbatch", "_records", "read dataflow_batches"),
+        ("dataflow_core.spark.jobs.microbatch", "records", "read dataflow_batches"),
         ("dataflow_core.spark.jobs.microbatch", "_begin", "begin: batch records, claim"),
-        ("dataflow_core.spark.jobs.microbatch", "_fence", "fence: read dataflow_batches"),
+        ("dataflow_core.spark.jobs.microbatch", "fence", "fence: read dataflow_batches"),
         ("dataflow_core.spark.jobs.microbatch", "write_quarantine", "quarantine MERGE"),
-        ("dataflow_core.spark.jobs.microbatch", "_remember", "seen ids MERGE (remember)"),
-        ("dataflow_core.spark.sinks.results", "write_panes", "pane log write"),
-        ("dataflow_core.spark.sinks.results", "merge_results", "results MERGE"),
-        ("dataflow_core.spark.sinks.results", "merge_rows", None),  # by table: the state MERGE
-        ("dataflow_core.spark.jobs.microbatch", "_append_record", "dataflow_batches append"),
+        ("dataflow_core.spark.jobs.microbatch", "remember_ids", "seen ids MERGE (remember)"),
+        ("dataflow_core.spark.jobs.microbatch", "write_panes", "pane log write"),
+        ("dataflow_core.spark.jobs.microbatch", "write_results", "results MERGE"),
+        ("dataflow_core.spark.jobs.microbatch", "write_state", "state MERGE"),
+        ("dataflow_core.spark.jobs.microbatch", "append_record", "dataflow_batches append"),
     )
 
     def __init__(self) -> None:

@@ -33,7 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.jobs.backfill import parse_time, run_backfill
+    from dataflow_core.options import parse_time
+    from dataflow_core.spark.jobs.backfill import run_backfill
     from dataflow_core.spark.sinks.runs import Ledger
 
     get(args.pipeline)  # unknown names fail before Spark starts

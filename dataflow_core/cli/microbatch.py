@@ -41,7 +41,8 @@ def run(args: argparse.Namespace) -> int:
             raise DataflowError(f"--loop: {exc}") from None
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
-    from dataflow_core.spark.jobs.microbatch import BUSY_EXIT, PipelineBusy, run_microbatch
+    from dataflow_core.errors import BUSY_EXIT, PipelineBusy
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
     from dataflow_core.spark.sinks.runs import Ledger
     from dataflow_core.spark.platform.session import get_spark
 

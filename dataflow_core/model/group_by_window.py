@@ -22,48 +22,18 @@ from dataflow_core.model.panes import (
 )
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.model.state_codec import decode_key_state, encode_key_state
 from dataflow_core.model.triggers import (
     TriggerContext,
-    TriggerState,
     deliver_event_timers,
     deliver_processing_timers,
     next_event_timer,
     next_processing_timer,
 )
+from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
 
 __all__ = ["Correction", "Corrected", "Element", "KeyedWindowSet", "OnTime", "WindowState"]
-
-
-@dataclass
-class WindowState:
-    window: Window
-    trigger: TriggerState
-    acc: Any
-    on_time: OnTime
-    pending: int = 0  # elements no pane has included yet
-    ts_min: Instant | None = None  # element times of the next pane's content
-    ts_max: Instant | None = None
-    next_index: int = 0
-    next_on_time_index: int = 0
-    standing: Pane | None = None  # last pane, not yet retracted (retracting mode)
-    absorbed: list[Pane] = field(default_factory=list)  # standing panes of merged-away windows
-    ended: bool = False  # a pane marked last is out
-    processing_timer: Instant | None = None  # cached from the trigger state tree
-    event_timer: Instant | None = None
-
-    @property
-    def closed(self) -> bool:
-        return self.trigger.finished
-
-    @property
-    def history(self) -> PaneHistory:
-        return PaneHistory(self.next_index, self.next_on_time_index, self.on_time, self.ended)
-
-    @history.setter
-    def history(self, h: PaneHistory) -> None:
-        self.next_index, self.next_on_time_index, self.on_time, self.ended = (
-            h.next_index, h.next_on_time_index, h.on_time, h.ended)
 
 
 @dataclass(frozen=True)
@@ -388,16 +358,12 @@ class KeyedWindowSet:
 
     def to_state(self) -> dict | None:
         """The key's state as JSON data (None when it holds no window); see `state_codec`."""
-        from dataflow_core.model.state_codec import encode_key_state
-
         return encode_key_state(self)
 
     @classmethod
     def from_state(cls, key: Hashable, strategy: WindowingStrategy, state: dict | None) -> "KeyedWindowSet":
         """A key's window set from `to_state`'s data (empty for None); an unknown version
         is refused (`state_codec.UnknownStateVersion`)."""
-        from dataflow_core.model.state_codec import decode_key_state
-
         return decode_key_state(cls(key, strategy), state)
 
     # --- output -----------------------------------------------------------------

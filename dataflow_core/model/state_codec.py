@@ -9,14 +9,24 @@ this build does not know is refused, never guessed at.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.panes import OnTime
 from dataflow_core.model.triggers import TriggerState
+from dataflow_core.model.window_state import WindowState
 
-if TYPE_CHECKING:
-    from dataflow_core.model.group_by_window import KeyedWindowSet, WindowState
+
+class _KeyState(Protocol):
+    """What is stored of a key (`group_by_window.KeyedWindowSet`)."""
+
+    key: Any
+    strategy: Any
+    windows: dict
+    dropped: int
+    dropped_elements: int
+
+    def _refresh_timers(self, ws: WindowState) -> None: ...
 
 STATE_VERSION = 1
 
@@ -25,7 +35,7 @@ class UnknownStateVersion(ValueError):
     """Stored state written by a build whose format this one does not read."""
 
 
-def encode_key_state(ks: "KeyedWindowSet") -> dict | None:
+def encode_key_state(ks: "_KeyState") -> dict | None:
     if not ks.windows:
         return None
     combiner = ks.strategy.combiner
@@ -37,9 +47,7 @@ def encode_key_state(ks: "KeyedWindowSet") -> dict | None:
     }
 
 
-def decode_key_state(ks: "KeyedWindowSet", data: dict | None) -> "KeyedWindowSet":
-    from dataflow_core.model.group_by_window import WindowState
-
+def decode_key_state(ks: "_KeyState", data: dict | None) -> "_KeyState":
     if data is None:
         return ks
     version = data.get("version") if isinstance(data, dict) else None

@@ -19,6 +19,12 @@ class TimestampCombiner(enum.Enum):
     EARLIEST = "earliest"
     LATEST = "latest"
 
+    @property
+    def merge(self) -> str:
+        """How the timestamps of a window's panes combine into its total's: "min" for
+        EARLIEST, else "max" (END_OF_WINDOW panes all carry the window's end)."""
+        return "min" if self is TimestampCombiner.EARLIEST else "max"
+
     @classmethod
     def parse(cls, text: str) -> "TimestampCombiner":
         try:

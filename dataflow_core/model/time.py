@@ -84,3 +84,12 @@ def format_duration(d: Duration) -> str:
         if d and d % _UNITS[unit] == 0:
             return f"{d // _UNITS[unit]}{unit}"
     return f"{d}ms"
+
+
+def format_watermark(t: Instant) -> str:
+    """A watermark for messages: an instant, or the beginning or end of time."""
+    if t >= END_OF_TIME:
+        return "the end of time"
+    if t <= -END_OF_TIME:
+        return "the beginning of time"
+    return format_instant(t)

@@ -52,6 +52,21 @@ class WatermarkEstimator(ABC):
         )
         return f"{type(self).__name__}({shown})"
 
+    _STATE_FIELDS = ("watermark", "max_seen")
+    """What an estimator learns as it goes (the rest of it is its definition)."""
+
+    def to_state(self) -> dict:
+        """What it has learnt, as JSON data, so a later batch's estimator carries on."""
+        return {"version": 1, **{f: getattr(self, f) for f in self._STATE_FIELDS if hasattr(self, f)}}
+
+    def load_state(self, state: dict) -> "WatermarkEstimator":
+        if state.get("version") != 1:
+            raise ValueError(f"watermark estimator state of version {state.get('version')!r}: this build reads version 1")
+        for f in self._STATE_FIELDS:
+            if f in state and hasattr(self, f):
+                setattr(self, f, state[f])
+        return self
+
     def update(self, progress: Progress) -> Instant:
         guess = self.estimate(progress)
         if guess is not None:

@@ -14,9 +14,6 @@ from dataflow_core.model.time import Duration, format_duration, parse_duration
 from dataflow_core.model.watermarks import WatermarkEstimator
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
-MERGEABLE_OUTPUTS = ("sum", "count", "min", "max")
-"""Combiners whose outputs merge with the combiner itself: a discarding stage with one of
-them keeps a results table (each pane merged into the row); others have only the pane log."""
 
 
 @dataclass(frozen=True)
@@ -43,9 +40,10 @@ class StageSpec:
 
     @property
     def keeps_results(self) -> bool:
-        """Whether the stage has a current-results table (see MERGEABLE_OUTPUTS)."""
+        """Whether the stage has a current-results table: a discarding stage has one only
+        when its combiner declares how pane outputs merge (`CombineFn.output_merge`)."""
         s = self.strategy
-        return s.accumulation is not AccumulationMode.DISCARDING or s.combiner.name in MERGEABLE_OUTPUTS
+        return s.accumulation is not AccumulationMode.DISCARDING or s.combiner.output_merge is not None
 
     @property
     def retracting(self) -> bool:

@@ -328,6 +328,7 @@ def arrivals_from_panes(
 def run_pipeline(pipeline: Pipeline, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]]) -> list[StageRun]:
     """All stages, each split by key, chained through `downstream_schedule`."""
     runs: list[StageRun] = []
+    spans: list[HoldSpan] = []
     for n, stage in enumerate(pipeline.stages):
         if n:
             up = runs[-1]

@@ -14,7 +14,8 @@ from collections import Counter
 from pathlib import Path
 
 from dataflow_core.model.time import format_instant
-from dataflow_core.spark.jobs.microbatch import BUSY_EXIT, CRASH_ENV
+from dataflow_core.errors import BUSY_EXIT
+from dataflow_core.spark.jobs.microbatch import CRASH_ENV
 from tests.integration.test_backfill import SCHEMA, to_rows, ts
 from tests.integration.test_microbatch import VIEWS, batches_of
 

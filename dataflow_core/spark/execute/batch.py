@@ -19,6 +19,7 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.runners.keyed import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.execute.output_merge import discarding_merge, merge_aggregate
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -74,13 +75,11 @@ def _general(elements, strategy, key_columns, value_type, now):
     panes = out.where("kind = 'pane'")
     window_id = [*key_columns, "window_start", "window_end"]
     last = Window.partitionBy(*window_id).orderBy(F.col("sub").desc(), F.col("ordinal").desc())
-    if strategy.accumulation is AccumulationMode.DISCARDING:
-        merge = {SumFn: F.sum, CountFn: F.sum, MinFn: F.min, MaxFn: F.max}.get(type(strategy.combiner))
-        if merge is None:
-            raise ValueError(f"discarding panes of {strategy.combiner.name} do not merge into one value")
-        ts = F.min("ts") if strategy.timestamp_combiner is TimestampCombiner.EARLIEST else F.max("ts")
+    merge = discarding_merge(strategy)
+    if merge is not None:
+        ts = F.expr(f"{strategy.timestamp_combiner.merge}(ts)")
         return panes.groupBy(*window_id).agg(
-            merge("value").cast(value_type).alias("value"), ts.alias("ts")
+            F.expr(merge_aggregate(merge, "value")).cast(value_type).alias("value"), ts.alias("ts")
         ).select(*key_columns, *FINAL_COLUMNS)
     ranked = panes.withColumn("_rank", F.row_number().over(last)).where("_rank = 1")
     return ranked.where(~F.col("is_retraction")).select(*key_columns, *FINAL_COLUMNS)

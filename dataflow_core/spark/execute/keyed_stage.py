@@ -3,25 +3,26 @@
 
 The input DataFrame has the stage's key columns and `value`, `event_ms`, `retraction`,
 `seq` (array<bigint>, the step the element arrives at) and `at_ms` (that step's processing
-time). The output has one row per pane (`kind = 'pane'`), per hold span (`'hold'`) and per
-key (`'stats'`: elements and dropped counts), so a single pass gives the panes, the
-downstream watermark's inputs and the ledger.
+time). The output has one row per pane (`kind = 'pane'`, the pane codec's fields), per hold
+span (`'hold'`) and per key (`'stats'`: elements and dropped counts), so a single pass
+gives the panes, the downstream watermark's inputs and the ledger; a resumable stage also
+gives each key's new state (`'state'`).
 """
 
 from __future__ import annotations
 
-import pickle
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
-from dataflow_core.model.panes import Pane
+from dataflow_core.model.pane_codec import pane_to_row, window_bounds
+from dataflow_core.model.state_codec import STATE_VERSION
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.model.time import END_OF_TIME
-from dataflow_core.model.windows import GlobalWindow
 from dataflow_core.runners.keyed import Arrival, Schedule, run_key
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 ARRIVAL_COLUMNS = ("value", "event_ms", "retraction", "seq", "at_ms")
@@ -32,12 +33,13 @@ OUTPUT_FIELDS = (
     "is_first boolean, is_last boolean, is_retraction boolean, emitted_at bigint, "
     "hold bigint, hold_end array<bigint>, hold_time bigint, hold_end_time bigint, "
     "elements bigint, dropped bigint, dropped_windows bigint, "
-    "state binary, wake_timer bigint, wake_watermark bigint, windows array<struct<"
+    "state string, state_version int, wake_timer bigint, wake_watermark bigint, windows array<struct<"
     "window_start: bigint, window_end: bigint, pending: int, next_index: int, "
     "next_timer: bigint, closed: boolean>>"
 )
 STATE_COLUMNS = ("state",)
-"""A resumable stage's state rows: the key columns and `state` (`encode_state`'s bytes)."""
+"""A resumable stage's state rows: the key columns and `state` (the key's
+`KeyedWindowSet.to_state` as JSON text)."""
 
 
 @dataclass(frozen=True)
@@ -52,8 +54,21 @@ class KeyCodec:
     def key(self, row_key: Sequence[Any]) -> Hashable:
         return row_key[0] if len(self.columns) == 1 else tuple(row_key)
 
-    def columns_of(self, key: Hashable) -> tuple:
-        return (key,) if len(self.columns) == 1 else tuple(key)  # type: ignore[arg-type]
+
+def output_schema(key_types: str, value_type: str) -> str:
+    """The Spark schema of a stage's output rows, after the key columns' fields."""
+    return f"{key_types}, {OUTPUT_FIELDS.format(value_type=value_type)}"
+
+
+def arrow_schema_of(schema: str) -> "pa.Schema":
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import _parse_datatype_string
+
+    return to_arrow_schema(_parse_datatype_string(schema))
+
+
+def key_fields(df: "DataFrame", columns: Sequence[str]) -> str:
+    return ", ".join(f"`{c}` {df.schema[c].dataType.simpleString()}" for c in columns)
 
 
 def run_stage(
@@ -70,23 +85,19 @@ def run_stage(
     output also has a `'state'` row per key: its new state (null when it holds no window),
     its next wake-ups and a readable list of its windows (micro-batches)."""
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
 
-    key_fields = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in codec.columns)
-    schema = f"{key_fields}, {OUTPUT_FIELDS.format(value_type=value_type)}"
-    arrow_schema = to_arrow_schema(_parse_datatype_string(schema))
-    resumable = states is not None
+    schema = output_schema(key_fields(arrivals, codec.columns), value_type)
+    arrow_schema = arrow_schema_of(schema)
 
     def resumed(key_scalars: tuple, table: "pa.Table", state_table: "pa.Table") -> "pa.Table":
         row_key = [k.as_py() for k in key_scalars]
-        blob = state_table.column("state")[0].as_py() if state_table.num_rows else None
-        rows = _run_one_key(codec.key(row_key), row_key, table, strategy, schedule, codec, blob, resumable)
+        text = state_table.column("state")[0].as_py() if state_table.num_rows else None
+        rows = _run_one_key(row_key, table, strategy, schedule, codec, text, resumable=True)
         return pa.Table.from_pylist(rows, schema=arrow_schema)
 
     def fresh(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
         row_key = [k.as_py() for k in key_scalars]
-        rows = _run_one_key(codec.key(row_key), row_key, table, strategy, schedule, codec)
+        rows = _run_one_key(row_key, table, strategy, schedule, codec)
         return pa.Table.from_pylist(rows, schema=arrow_schema)
 
     if states is None:
@@ -98,33 +109,23 @@ def run_stage(
     )
 
 
-def encode_state(ks: KeyedWindowSet) -> bytes | None:
-    """A key's windows as bytes (None when it holds none); the strategy is not stored."""
-    if not ks.windows:
-        return None
-    return pickle.dumps((ks.windows, ks.dropped, ks.dropped_elements), protocol=5)
-
-
-def decode_state(key: Hashable, strategy: WindowingStrategy, blob: bytes | None) -> KeyedWindowSet:
-    ks = KeyedWindowSet(key, strategy)
-    if blob:
-        ks.windows, ks.dropped, ks.dropped_elements = pickle.loads(blob)
-    return ks
+def load_state(key: Hashable, strategy: WindowingStrategy, text: str | None) -> KeyedWindowSet:
+    """A key's window set from its stored state (JSON text; None: a new key)."""
+    return KeyedWindowSet.from_state(key, strategy, json.loads(text) if text else None)
 
 
 def _run_one_key(
-    key: Hashable,
     row_key: list,
     table: Any,
     strategy: WindowingStrategy,
     schedule: Schedule,
     codec: KeyCodec,
-    blob: bytes | None = None,
+    state_text: str | None = None,
     resumable: bool = False,
 ) -> list[dict]:
+    key = codec.key(row_key)
     cols = {name: table.column(name).to_pylist() for name in ARRIVAL_COLUMNS} if table.num_rows else None
     decode = codec.decode_value or (lambda v: v)
-    encode = codec.encode_value or (lambda v: v)
     by_seq: dict[tuple, tuple[int, list[Element]]] = {}
     if cols is not None:
         for value, ts, retraction, seq, at in zip(*(cols[c] for c in ARRIVAL_COLUMNS)):
@@ -134,12 +135,13 @@ def _run_one_key(
         Arrival(seq, at, tuple(sorted(els, key=lambda e: (e.timestamp, e.retraction))))
         for seq, (at, els) in sorted(by_seq.items())
     ]
-    state = decode_state(key, strategy, blob) if resumable else None
+    state = load_state(key, strategy, state_text) if resumable else None
     result = run_key(key, strategy, schedule, arrivals, state=state)
     keyed = dict(zip(codec.columns, row_key))
     rows: list[dict] = []
     for ordinal, (sub, pane) in enumerate(result.panes):
-        rows.append({**keyed, "kind": "pane", "ordinal": ordinal, "sub": list(sub), **_pane_fields(pane, encode)})
+        rows.append({**keyed, "kind": "pane", "ordinal": ordinal, "sub": list(sub),
+                     **pane_to_row(pane, codec.encode_value or (lambda v: v))})
     for span in result.holds:
         rows.append({**keyed, "kind": "hold", "sub": list(span.start), "hold": span.hold,
                      "hold_end": None if span.end is None else list(span.end),
@@ -148,37 +150,21 @@ def _run_one_key(
                  "dropped_windows": result.dropped_windows})
     if resumable:
         wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
-        rows.append(state_row(keyed, result.state, wm))
+        rows.append(state_row(keyed, result.state, wm))  # type: ignore[arg-type]
     return rows
 
 
 def state_row(keyed: dict, ks: KeyedWindowSet, watermark: int) -> dict:
     """A key's `'state'` output row: its state, next wake-ups, hold and readable windows."""
+    state = ks.to_state()
     return {
-        **keyed, "kind": "state", "state": encode_state(ks), "hold": ks.output_hold(watermark),
+        **keyed, "kind": "state", "state": None if state is None else json.dumps(state, separators=(",", ":")),
+        "state_version": STATE_VERSION, "hold": ks.output_hold(watermark),
         "wake_timer": ks.next_processing_timer(), "wake_watermark": ks.next_watermark_deadline(watermark),
         "windows": [
-            {"window_start": None if isinstance(w, GlobalWindow) else w.start,
-             "window_end": None if isinstance(w, GlobalWindow) else w.end,
+            {"window_start": window_bounds(w)[0], "window_end": window_bounds(w)[1],
              "pending": ws.pending, "next_index": ws.next_index,
              "next_timer": ws.processing_timer, "closed": ws.closed}
             for w, ws in sorted(ks.windows.items(), key=lambda item: (item[0].end, item[0].start))
         ],
-    }
-
-
-def _pane_fields(p: Pane, encode: Callable[[Any], Any]) -> dict:
-    glob = isinstance(p.window, GlobalWindow)
-    return {
-        "window_start": None if glob else p.window.start,
-        "window_end": None if glob else p.window.end,
-        "value": encode(p.value),
-        "ts": None if p.timestamp >= END_OF_TIME - 1 else p.timestamp,
-        "timing": p.timing.value,
-        "pane_index": p.index,
-        "on_time_index": p.on_time_index,
-        "is_first": p.first,
-        "is_last": p.last,
-        "is_retraction": p.retraction,
-        "emitted_at": p.emitted_at,
     }

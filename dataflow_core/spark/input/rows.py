@@ -153,34 +153,3 @@ def count_rows(tagged: "DataFrame") -> InputCounts:
 
     row = tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size(_TAGS) > 0).alias("bad")).first()
     return InputCounts(int(row["read"]), int(row["bad"]))
-
-
-def write_quarantine(
-    spark: "SparkSession", spec: PipelineSpec, bad: "DataFrame", run_id: str, txn: tuple[str, int] | None = None
-) -> None:
-    """Bad rows (input columns and `quarantine_reason`) into `<input>_quarantine`, each row
-    once per pipeline (`row_id`), whatever the retries."""
-    from pyspark.sql import functions as F
-
-    from dataflow_core.spark.sinks import results as outputs
-    from dataflow_core.spark.platform.tables import table_exists
-
-    name = f"{spec.input_table}_quarantine"
-    input_cols = [c for c in bad.columns if c != REASON]
-    rows = bad.select(
-        *bad.columns,
-        F.lit(spec.name).alias("pipeline"),
-        F.lit(run_id).alias("run_id"),
-        F.current_timestamp().alias("quarantined_at"),
-        F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
-        F.lit(False).alias("_delete"),
-    )
-    if table_exists(spark, name):
-        from dataflow_core.spark.platform.tables import read_table
-
-        if "row_id" not in read_table(spark, name).columns:
-            raise DataflowError(
-                f"table {name} exists with another layout (no row_id column; written by an older demo?); "
-                "move it away and run again"
-            )
-    outputs.merge_rows(spark, name, rows, ["row_id"], delete=False, update=False, txn=txn)

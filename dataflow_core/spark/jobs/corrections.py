@@ -1,118 +1,118 @@
-"""A batch backfill's corrections carried into the live state of micro-batches.
+"""A batch backfill's corrections of one stage: what changed, emitted by the model, written.
 
-A backfill over a range that micro-batches already covered rewrites their results (and,
-in retracting mode, retracts what they had said). So that later micro-batches carry on from
-the corrected figures and not the stale ones, every corrected key's state adopts the
-corrections (`KeyedWindowSet.restate`: accumulators rebuilt from the backfill's input, the
-backfill's pane as the window's last one, nothing pending), and the event ids the backfill
-counted join the micro-batches' seen ids, so that a row it counted which the stream has yet
-to deliver is a duplicate then, not counted twice.
+1. The diff (Spark SQL, a comparison only): the recomputed windows against the stage's
+   results, keeping windows that are new, changed (value or timestamp) or gone.
+2. The corrections (`execute.corrections`, the model per key in executors): each changed
+   window's next pane after its standing one, retractions in retracting mode.
+3. The writes: pane log, results (the window's total), and, where micro-batches keep live
+   state for the pipeline, the state (the corrected windows' accumulators rebuilt from the
+   backfill's input, so later batches carry on from the corrected figures) and the seen ids
+   (the event ids the backfill counted, so a row it counted that the stream has yet to
+   deliver is a duplicate then, not counted twice).
 
-A backfill refuses to run while a micro-batch of the pipeline is unfinished: both would
-rewrite the same state.
+Corrections are paced by the live pipeline: their pane metadata follows the stage's live
+watermark when micro-batches run it (the end of time otherwise).
 """
 
 from __future__ import annotations
 
-import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError
-from dataflow_core.model.group_by_window import Element
-from dataflow_core.model.time import Instant
+from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.spark.execute.corrections import STANDING, run_corrections
+from dataflow_core.spark.execute.keyed_stage import KeyCodec
+from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.input.upstream import PANE_FIELDS, pane_from_row
+from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
+from dataflow_core.spark.sinks.panes import write_panes
+from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
+from dataflow_core.spark.sinks.runs import Ledger, Run
+from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-CORRECTION_COLUMNS = ("present", *PANE_FIELDS)
-"""Per corrected window (times in ms): `present` false when the window no longer exists,
-else the pane the backfill wrote."""
 
-
-def live_watermarks(spark: "SparkSession", spec: PipelineSpec) -> dict[str, Instant] | None:
-    """Each stage's input watermark after the last finished micro-batch (None when the
-    pipeline never ran live); refuses while a micro-batch is unfinished."""
-    from dataflow_core.spark.jobs.microbatch import _records
-
-    records = _records(spark, spec)
-    if not records:
-        return None
-    if records[0]["status"] == "started":
-        raise DataflowError(
-            f"pipeline {spec.name!r}: micro-batch {records[0]['batch']} has not finished (running, or "
-            f"crashed: `dataflow microbatch --pipeline {spec.name}` completes it); a backfill now would "
-            "race it for the live state"
-        )
-    return json.loads(records[0]["watermarks"])
-
-
-def restate(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, corrections: "DataFrame",
-    elements: "DataFrame", watermark: Instant, run_id: str,
+def correct_stage(
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
+    run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
+    live_watermarks: dict[str, Instant] | None,
 ) -> None:
-    """Apply the corrections of `stage` to its live state (see the module docstring).
-    `elements` has the key columns, `value`, `event_ms` and optionally `retraction`."""
-    import pyarrow as pa
+    """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
+    windows starting in `owned` (all windows when None); `elements` is the stage's input."""
     from pyspark.sql import functions as F
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
 
-    from dataflow_core.spark.execute.keyed_stage import OUTPUT_FIELDS, KeyCodec, decode_state, state_row
-    from dataflow_core.spark.jobs.microbatch import state_table, write_state
-    from dataflow_core.spark.platform.tables import read_table
-
-    name = state_table(stage)
-    if not table_exists(spark, name):
-        return
-    keys = list(stage.key_columns)
-    codec = KeyCodec(stage.key_columns)
-    strategy = stage.strategy
-    fixed = corrections.select(*keys, *CORRECTION_COLUMNS)
-    touched = fixed.select(*keys).distinct()
-    retraction = F.col("retraction") if "retraction" in elements.columns else F.lit(False)
-    inputs = elements.join(touched, keys, "left_semi").select(
-        *keys, F.col("value").alias("el_value"), "event_ms", retraction.alias("retraction"))
-    both = fixed.unionByName(inputs, allowMissingColumns=True)
-    states = read_table(spark, name).select(*keys, "state")
-    key_fields = ", ".join(f"`{c}` {both.schema[c].dataType.simpleString()}" for c in keys)
-    schema = f"{key_fields}, {OUTPUT_FIELDS.format(value_type=stage.value_type)}"
-    arrow_schema = to_arrow_schema(_parse_datatype_string(schema))
-
-    def one_key(key_scalars: tuple, table: "pa.Table", state: "pa.Table") -> "pa.Table":
-        if not table.num_rows or table.column("present").null_count == table.num_rows:
-            return arrow_schema.empty_table()
-        row_key = [k.as_py() for k in key_scalars]
-        key = codec.key(row_key)
-        ks = decode_state(key, strategy, state.column("state")[0].as_py() if state.num_rows else None)
-        fixes, els = [], []
-        for r in table.to_pylist():
-            if r["present"] is None:
-                els.append(Element(r["el_value"], r["event_ms"], bool(r["retraction"])))
-                continue
-            pane = pane_from_row(tuple(row_key), r)
-            fixes.append((pane.window, pane if r["present"] else None))
-        ks.restate(fixes, els, watermark)
-        row = state_row(dict(zip(keys, row_key)), ks, watermark)
-        return pa.Table.from_pylist([row], schema=arrow_schema)
-
-    out = both.groupBy(*keys).cogroup(states.groupBy(*keys)).applyInArrow(one_key, schema)
-    write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{name}:{run_id}", 0))
+    changed = _changed(spark, stage, finals, owned)
+    watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
+    live = live_watermarks is not None and table_exists(spark, state_table(stage))
+    states = read_states(spark, stage, _latest(spark, stage)) if live else None
+    out = run_corrections(
+        changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
+        elements=elements if states is not None else None, states=states,
+    ).localCheckpoint()  # eager: the writes below change what the diff would say
+    panes = out.where("kind = 'pane'")
+    counts = out.agg(
+        F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
+        F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
+    ).first()
+    corrected = changed.where(F.col("s_pane_index").isNotNull()).count()
+    written = write_panes(spark, stage, panes, run.run_id)
+    if stage.keeps_results:
+        write_results(spark, stage, out.where("kind = 'result'"), run.run_id)
+    if states is not None:
+        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
+        if stage is spec.stages[0]:
+            _mark_seen(spark, spec, stage, out, elements, run.run_id)
+        say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+    outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
+    ledger.per_stage[stage.output] = outcome
+    ledger.panes += outcome["panes"]
+    ledger.retractions += outcome["retractions"]
+    ledger.corrected_windows += corrected
+    say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions "
+        f"({written:,} new in {stage.output}_panes), {corrected:,} windows corrected")
 
 
-def mark_seen(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, corrections: "DataFrame", elements: "DataFrame",
-    run_id: str,
-) -> None:
+def _latest(spark: "SparkSession", stage: StageSpec) -> int:
+    from dataflow_core.spark.platform.delta import table_version
+
+    return table_version(spark, state_table(stage))
+
+
+def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned: EventRange | None) -> "DataFrame":
+    """The windows whose recomputed pane differs from the results' standing pane (or that
+    exist on one side only), as `execute.corrections.CORRECTION_COLUMNS`."""
+    from pyspark.sql import functions as F
+
+    wid = [*stage.key_columns, "window_start", "window_end"]
+    ours = finals.select(*wid, F.lit(True).alias("present"), "value", "ts")
+    current = current_results(spark, stage)
+    if current is None:
+        return ours.select(
+            *wid, "present", "value", "ts",
+            F.lit(None).cast(stage.value_type).alias("s_value"), F.lit(None).cast("bigint").alias("s_ts"),
+            F.lit(None).cast("string").alias("s_timing"), F.lit(None).cast("int").alias("s_pane_index"),
+            F.lit(None).cast("int").alias("s_on_time_index"), F.lit(None).cast("bigint").alias("s_emitted_at"))
+    theirs = standing_panes(current, stage)
+    if owned is not None:
+        theirs = theirs.where((F.col("window_start") >= owned.start) & (F.col("window_start") < owned.end))
+    theirs = theirs.select(*[F.col(k).alias(f"_r_{k}") for k in wid],
+                           *[F.col(c[2:]).alias(c) for c in STANDING])
+    joined = ours.join(theirs, [ours[k].eqNullSafe(theirs[f"_r_{k}"]) for k in wid], "full_outer")
+    same = F.col("value").eqNullSafe(F.col("s_value")) & F.col("ts").eqNullSafe(F.col("s_ts"))
+    return joined.where(F.col("present").isNull() | F.col("s_pane_index").isNull() | ~same).select(
+        *[F.coalesce(F.col(k), F.col(f"_r_{k}")).alias(k) for k in wid],
+        F.coalesce(F.col("present"), F.lit(False)).alias("present"), "value", "ts", *STANDING,
+    )
+
+
+def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
     seen ids (batch -1: a backfill's)."""
-    from dataflow_core.spark.jobs.microbatch import remember_ids, seen_table
-
     keys = list(stage.key_columns)
-    windows = corrections.where("present AND window_start IS NOT NULL").select(
-        *[corrections[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
+    windows = out.where("kind = 'result' AND NOT is_retraction AND window_start IS NOT NULL").select(
+        *[out[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
     cond = [elements[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys] + [
         elements["event_ms"] >= windows["window_start"], elements["event_ms"] < windows["window_end"]]
     inside = elements.join(windows, cond, "left_semi")

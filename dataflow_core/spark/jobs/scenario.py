@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 
-from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.time import END_OF_TIME
-from dataflow_core.model.windows import GLOBAL_WINDOW, IntervalWindow
 from dataflow_core.runners.keyed import Schedule, Step
 from dataflow_core.scenario import ReplayResult, Scenario
 
@@ -41,21 +40,7 @@ def replay_spark(scenario: Scenario) -> ReplayResult:
             dropped += r["dropped_windows"]
             elements += r["elements"]
             continue
-        window = GLOBAL_WINDOW if r["window_start"] is None else IntervalWindow(r["window_start"], r["window_end"])
-        panes.append(
-            (tuple(r["sub"]), r["ordinal"], Pane(
-                key=json.loads(r["key"]),
-                window=window,
-                value=json.loads(r["value"]),
-                timestamp=END_OF_TIME - 1 if r["ts"] is None else r["ts"],
-                timing=PaneTiming(r["timing"]),
-                index=r["pane_index"],
-                on_time_index=r["on_time_index"],
-                first=r["is_first"],
-                last=r["is_last"],
-                emitted_at=r["emitted_at"],
-                retraction=r["is_retraction"],
-            ))
-        )
+        pane = pane_from_row(json.loads(r["key"]), r.asDict(), decode_value=json.loads)
+        panes.append((tuple(r["sub"]), r["ordinal"], pane))
     panes.sort(key=lambda p: (p[0], json.dumps(p[2].key, sort_keys=True), p[1]))
     return ReplayResult([p for _, _, p in panes], dropped, elements)

@@ -1,0 +1,113 @@
+"""A batch backfill's corrections, run per key in executors by the model
+(`KeyedWindowSet.correct`), never in SQL.
+
+Input, per key: the changed windows (`CORRECTION_COLUMNS`: the recomputed value and
+timestamp, or `present` false for a window that no longer exists, beside the standing
+results row's pane as `s_*` fields), and, when micro-batches keep live state for the stage,
+the key's elements (to rebuild the corrected windows' accumulators) and its stored state.
+Output: the stage's output rows of kind `'pane'` (corrections and retractions, in order),
+`'result'` (per window, the pane whose metadata its results row takes with the window's
+total as value; `is_retraction` deletes the row) and, with live state, `'state'`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dataflow_core.model.group_by_window import Correction, Element, KeyedWindowSet
+from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import Instant
+from dataflow_core.spark.execute.keyed_stage import (
+    KeyCodec, arrow_schema_of, key_fields, load_state, output_schema, state_row,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+STANDING = ("s_value", "s_ts", "s_timing", "s_pane_index", "s_on_time_index", "s_emitted_at")
+CORRECTION_COLUMNS = ("window_start", "window_end", "present", "value", "ts", *STANDING)
+"""Per changed window (times in ms): the recomputed pane (`present`, `value`, `ts`) and the
+results' standing pane (`s_*`, null when the results have no row)."""
+
+
+def run_corrections(
+    fixes: "DataFrame",
+    strategy: WindowingStrategy,
+    codec: KeyCodec,
+    value_type: str,
+    at: Instant,
+    watermark: Instant,
+    elements: "DataFrame | None" = None,
+    states: "DataFrame | None" = None,
+) -> "DataFrame":
+    """The corrections' output rows (see the module docstring), lazily. `elements` (key
+    columns, `value`, `event_ms`, optional `retraction`) and `states` (key columns,
+    `state`) are given together, for a stage with live state."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    keys = list(codec.columns)
+    schema = output_schema(key_fields(fixes, keys), value_type)
+    arrow_schema = arrow_schema_of(schema)
+    live = states is not None
+    both = fixes.select(*keys, *CORRECTION_COLUMNS)
+    if elements is not None:
+        retraction = F.col("retraction") if "retraction" in elements.columns else F.lit(False)
+        inputs = elements.join(fixes.select(*keys).distinct(), keys, "left_semi").select(
+            *keys, F.col("value").alias("el_value"), "event_ms", retraction.alias("el_retraction"))
+        both = both.unionByName(inputs, allowMissingColumns=True)
+
+    def one_key(key_scalars: tuple, table: "pa.Table", state: "pa.Table | None" = None) -> "pa.Table":
+        if not table.num_rows or table.column("present").null_count == table.num_rows:
+            return arrow_schema.empty_table()
+        row_key = [k.as_py() for k in key_scalars]
+        key = codec.key(row_key)
+        text = state.column("state")[0].as_py() if state is not None and state.num_rows else None
+        ks = load_state(key, strategy, text) if live else KeyedWindowSet(key, strategy)
+        fixes_, els = [], []
+        for r in table.to_pylist():
+            if r["present"] is None:
+                els.append(Element(r["el_value"], r["event_ms"], bool(r["el_retraction"])))
+            else:
+                fixes_.append(_correction(key, r))
+        done = ks.correct(fixes_, at, watermark, elements=els if live else None)
+        keyed = dict(zip(keys, row_key))
+        rows = [{**keyed, "kind": "pane", "ordinal": n, **pane_to_row(p)} for n, p in enumerate(done.panes)]
+        for window, pane, total in done.results:
+            if pane is None:
+                start, end = window_bounds(window)
+                rows.append({**keyed, "kind": "result", "window_start": start, "window_end": end,
+                             "is_retraction": True, "emitted_at": at})
+            else:
+                rows.append({**keyed, "kind": "result", **pane_to_row(pane), "value": total})
+        if live:
+            rows.append(state_row(keyed, ks, watermark))
+        return pa.Table.from_pylist(rows, schema=arrow_schema)
+
+    if not live:
+        return both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+    return (
+        both.groupBy(*keys)
+        .cogroup(states.select(*keys, "state").groupBy(*keys))  # type: ignore[union-attr]
+        .applyInArrow(one_key, schema)
+    )
+
+
+def _correction(key: object, r: dict) -> Correction:
+    standing = None
+    if r["s_pane_index"] is not None:
+        standing = pane_from_row(key, {
+            "window_start": r["window_start"], "window_end": r["window_end"], "value": r["s_value"],
+            "ts": r["s_ts"], "timing": r["s_timing"], "pane_index": r["s_pane_index"],
+            "on_time_index": r["s_on_time_index"], "emitted_at": r["s_emitted_at"],
+        })
+    return Correction(
+        window=window_of(r["window_start"], r["window_end"]),
+        standing=standing,
+        standing_total=r["s_value"],
+        value=r["value"],
+        timestamp=r["ts"],
+        present=bool(r["present"]),
+    )
+

@@ -1,0 +1,30 @@
+"""A combiner's declared `output_merge` (how a window's discarding pane outputs add up to
+its total) in Spark SQL: as an aggregate over panes, and of a stored total and a new one."""
+
+from __future__ import annotations
+
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.strategy import WindowingStrategy
+
+_AGGREGATE = {"sum": "sum", "min": "min", "max": "max"}
+_PAIR = {"sum": "{a} + {b}", "min": "least({a}, {b})", "max": "greatest({a}, {b})"}
+
+
+def discarding_merge(strategy: WindowingStrategy) -> str | None:
+    """The merge of a discarding strategy's pane outputs (None when panes accumulate)."""
+    if strategy.accumulation is not AccumulationMode.DISCARDING:
+        return None
+    merge = strategy.combiner.output_merge
+    if merge not in _AGGREGATE:
+        raise ValueError(f"discarding panes of {strategy.combiner.name} do not merge into one value")
+    return merge
+
+
+def merge_aggregate(merge: str, column: str) -> str:
+    """SQL aggregating `column` over a window's panes."""
+    return f"{_AGGREGATE[merge]}({column})"
+
+
+def merge_pair(merge: str, a: str, b: str) -> str:
+    """SQL merging two totals."""
+    return _PAIR[merge].format(a=a, b=b)

@@ -1,0 +1,106 @@
+"""Delta's own means for exactly-once writes: MERGE under an idempotent key, table
+versions and time travel.
+
+Delta skips a commit whose (application id, version) is not above the last one committed
+under that id, so a retried batch writes nothing twice. Writers pass the key as writer
+options (`txnAppId`/`txnVersion`); a MERGE cannot take writer options, so it gets the
+session settings, unset right after.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Iterator, Sequence
+
+from dataflow_core.spark.platform.tables import register_table, table_exists, table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+Txn = tuple[str, int]
+"""Delta's idempotent-write key (application id, version)."""
+
+
+@contextmanager
+def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
+    """Delta's session settings for an idempotent MERGE, unset afterwards so that no other
+    write inherits them."""
+    if txn is None:
+        yield
+        return
+    spark.conf.set("spark.databricks.delta.write.txnAppId", txn[0])
+    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn[1]))
+    try:
+        yield
+    finally:
+        spark.conf.unset("spark.databricks.delta.write.txnAppId")
+        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+
+
+def append_rows(spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None = None) -> None:
+    """Append `rows` to table `name` (created on first write), under `txn` when given."""
+    writer = rows.write.format("delta").mode("append").option("mergeSchema", "true")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    writer.save(table_path(spark, name))
+    register_table(spark, name)
+
+
+def table_version(spark: "SparkSession", name: str) -> int:
+    """The table's latest version (-1 when it does not exist)."""
+    from delta.tables import DeltaTable
+
+    if not table_exists(spark, name):
+        return -1
+    return int(DeltaTable.forPath(spark, table_path(spark, name)).history(1).collect()[0]["version"])
+
+
+def read_as_of(spark: "SparkSession", name: str, version: int) -> "DataFrame | None":
+    """The table as it was at `version` (time travel); None for a table not yet created."""
+    if version < 0:
+        return None
+    return spark.read.format("delta").option("versionAsOf", version).load(table_path(spark, name))
+
+
+def merge_rows(
+    spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
+    txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
+    update_set: dict[str, str] | None = None,
+) -> int:
+    """MERGE `rows` into table `name` on `keys` (null-safe), creating it empty first if
+    missing (with Delta's liquid clustering on `cluster_by`). Rows with `_delete` delete
+    their match (when `delete`); others update it (when `update`; `update_set` overrides
+    the value of some columns with SQL over target `t` and source `s`) or are inserted.
+    `target_filter` is a condition on `t` that every match meets, so Delta skips files.
+    Columns the table lacks are added (schema evolution). Returns rows changed."""
+    from delta.tables import DeltaTable
+
+    if not table_exists(spark, name):
+        empty = rows.drop("_delete").limit(0)
+        if cluster_by:
+            (DeltaTable.createIfNotExists(spark).location(table_path(spark, name))
+             .addColumns(empty.schema).clusterBy(*cluster_by).execute())
+        else:
+            empty.write.format("delta").save(table_path(spark, name))
+        register_table(spark, name)
+    target = DeltaTable.forPath(spark, table_path(spark, name))
+    version = target.history(1).collect()[0]["version"]
+    cond = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + ([target_filter] if target_filter else []))
+    columns = [c for c in rows.columns if c != "_delete"]
+    values = {f"`{c}`": f"s.`{c}`" for c in columns}
+    m = target.alias("t").merge(rows.alias("s"), cond).withSchemaEvolution()
+    if delete:
+        m = m.whenMatchedDelete("s._delete")
+        if update:
+            m = m.whenMatchedUpdate("NOT s._delete", set={**values, **(update_set or {})})
+        m = m.whenNotMatchedInsert("NOT s._delete", values=values)
+    else:
+        m = m.whenNotMatchedInsert(values=values)
+    with idempotent(spark, txn):
+        m.execute()
+    register_table(spark, name)
+    last = target.history(1).collect()[0]
+    if last["version"] == version:
+        return 0  # nothing to change: no commit
+    metrics = last["operationMetrics"] or {}
+    return sum(int(metrics.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))

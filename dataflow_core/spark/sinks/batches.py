@@ -1,0 +1,151 @@
+"""`dataflow_batches`: one row per micro-batch attempt and outcome, the pipeline's
+sequencer (MillWheel's) in Delta.
+
+Each attempt at batch N claims it with a `started` row under the idempotent key
+(`dataflow:<pipeline>:batches:started`, N*ATTEMPTS + attempt), so of two runs claiming the
+same attempt exactly one commits; a later attempt supersedes an earlier one, which checks
+(`fence`) before each of its commits. A `finished` row records the batch's ledger, the
+watermarks after it and what the watermark estimator has learnt (JSON data, not a pickle).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.model.time import Instant
+from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.platform.delta import append_rows
+from dataflow_core.spark.platform.tables import read_table, table_exists
+from dataflow_core.spark.sinks.runs import Ledger
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+BATCHES_TABLE = "dataflow_batches"
+BATCHES_SCHEMA = (
+    "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
+    "recorded_at timestamp, versions string, watermarks string, estimator_state string, ledger string, "
+    "attempt int, run_token string, stream_id string"
+)
+ATTEMPTS = 1000
+"""Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
+
+
+@dataclass
+class BatchRecord:
+    batch: int
+    stream_batch: int | None
+    now: Instant
+    versions: dict[str, int]
+    attempt: int = 0
+    token: str = ""
+    stream_id: str | None = None
+    watermarks: dict[str, Instant] = field(default_factory=dict)
+    estimator: Any = None
+
+
+def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
+    from pyspark.sql import functions as F
+
+    if not table_exists(spark, BATCHES_TABLE):
+        return None
+    return read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name)
+
+
+def records(spark, spec: PipelineSpec) -> list[dict]:
+    """The newest records: per batch 'finished' first, then attempts newest first."""
+    from pyspark.sql import functions as F
+
+    batches = batch_rows(spark, spec)
+    if batches is None:
+        return []
+    attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
+    rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
+        F.col("batch").desc(), F.col("status").asc(), F.col("_attempt").desc()
+    ).limit(4).collect()
+    return [r.asDict() for r in rows]
+
+
+def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledger: Ledger | None) -> None:
+    row = (
+        spec.name, rec.batch, rec.stream_batch, rec.now, dt.datetime.fromtimestamp(rec.now / 1000, dt.timezone.utc),
+        status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
+        json.dumps(rec.estimator.to_state()) if rec.estimator is not None else None,
+        json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id,
+    )
+    version = rec.batch * ATTEMPTS + rec.attempt if status == "started" else rec.batch
+    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA),
+                (f"dataflow:{spec.name}:batches:{status}", version))
+
+
+def claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
+    """Claim attempt `rec.attempt` at batch `rec.batch`; refused when another run claimed it
+    first (Delta commits at most one row per idempotent key)."""
+    from pyspark.sql import functions as F
+
+    failure: Exception | None = None
+    try:
+        append_record(spark, spec, rec, "started", None)
+    except Exception as exc:  # a concurrent claim of the same key fails the loser's commit
+        failure = exc
+    mine = batch_rows(spark, spec).where(
+        (F.col("batch") == rec.batch) & (F.col("status") == "started") & (F.col("attempt") == rec.attempt)
+    ).select("run_token").collect()
+    if mine and mine[0]["run_token"] != rec.token:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r} is already running: another run claimed batch {rec.batch} "
+            f"(attempt {rec.attempt}) first; this run stopped without writing"
+        )
+    if not mine:
+        raise failure or DataflowError(f"pipeline {spec.name!r}: the claim of batch {rec.batch} did not commit")
+
+
+def fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
+    """Stop before a commit if a later attempt took this batch over (this run is a zombie)."""
+    from pyspark.sql import functions as F
+
+    latest = batch_rows(spark, spec).where((F.col("batch") == rec.batch) & (F.col("status") == "started")).agg(
+        F.max("attempt").alias("a")).first()["a"]
+    if latest is not None and latest > rec.attempt:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r}: another run took over batch {rec.batch} (attempt {latest}) while "
+            f"this one (attempt {rec.attempt}) was still going; this run stopped, and what it had "
+            "committed is exactly what the other commits"
+        )
+
+
+def committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None, int | None]:
+    """The last finished batch that consumed stream input: its stream batch, the stream's
+    query id and the batch number."""
+    from pyspark.sql import functions as F
+
+    batches = batch_rows(spark, spec)
+    if batches is None:
+        return None, None, None
+    row = batches.where((F.col("status") == "finished") & F.col("stream_batch").isNotNull()).agg(
+        F.max_by("stream_batch", "batch").alias("s"),
+        F.max_by("stream_id" if "stream_id" in batches.columns else F.lit(None).cast("string"), "batch").alias("id"),
+        F.max("batch").alias("b"),
+    ).first()
+    return row["s"], row["id"], row["b"]
+
+
+
+
+def live_watermarks(spark: "SparkSession", spec: PipelineSpec) -> dict[str, Instant] | None:
+    """Each stage's input watermark after the last finished micro-batch (None when the
+    pipeline never ran live); refuses while a micro-batch is unfinished."""
+    rows = records(spark, spec)
+    if not rows:
+        return None
+    if rows[0]["status"] == "started":
+        raise DataflowError(
+            f"pipeline {spec.name!r}: micro-batch {rows[0]['batch']} has not finished (running, or "
+            f"crashed: `dataflow microbatch --pipeline {spec.name}` completes it); a backfill now would "
+            "race it for the live state"
+        )
+    return json.loads(rows[0]["watermarks"])

@@ -1,0 +1,73 @@
+"""`<output>__state`: per key, the live state micro-batches carry between batches.
+
+`state` is the key's `KeyedWindowSet.to_state` as JSON text (versioned data, never a
+pickle) with `state_version` beside it; `wake_timer` and `wake_watermark` say when the key
+next needs a visit (the table is clustered on them, so finding a batch's due keys skips the
+files of the rest); `hold` is what the key holds a downstream watermark at; `windows` is a
+readable list of its windows for SQL users.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.state_codec import STATE_VERSION
+from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.pipelines import StageSpec
+from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+WAKE_COLUMNS = ("wake_timer", "wake_watermark")
+
+
+def state_table(stage: StageSpec) -> str:
+    return f"{stage.output}__state"
+
+
+def read_states(spark: "SparkSession", stage: StageSpec, version: int) -> "DataFrame | None":
+    """The stage's live state as of `version` (None before the first batch); refuses state
+    this build cannot read, naming the table and the way out."""
+    from pyspark.sql import functions as F
+
+    states = read_as_of(spark, state_table(stage), version)
+    if states is None:
+        return None
+    name = state_table(stage)
+    if "state_version" not in states.columns or dict(states.dtypes).get("state") != "string":
+        raise DataflowError(
+            f"table {name} holds live state in an older format (pickled, before state version "
+            f"{STATE_VERSION}); drop the pipeline's live state (`dataflow reset`) and backfill, or run the "
+            "version that wrote it"
+        )
+    unknown = states.where(F.col("state_version") != F.lit(STATE_VERSION)).select("state_version").limit(1).collect()
+    if unknown:
+        raise DataflowError(
+            f"table {name} holds live state of format version {unknown[0]['state_version']}; this build reads "
+            f"version {STATE_VERSION} only"
+        )
+    return states
+
+
+def write_state(spark: "SparkSession", stage: StageSpec, out: "DataFrame", batch: int, txn: Txn) -> None:
+    """MERGE the `'state'` rows of a stage's output into its state table (a key whose state
+    is null holds no window any more and is deleted)."""
+    from pyspark.sql import functions as F
+
+    ts = lambda c: F.when(F.abs(F.col(c)) < F.lit(END_OF_TIME - 1), F.timestamp_millis(F.col(c)))  # noqa: E731
+    state_rows = out.where("kind = 'state'").select(
+        *stage.key_columns, "state", "state_version", "wake_timer", "wake_watermark", "hold",
+        ts("wake_timer").alias("next_timer_at"), ts("wake_watermark").alias("next_watermark_at"),
+        F.transform("windows", lambda w: F.struct(
+            F.timestamp_millis(w["window_start"]).alias("window_start"),
+            F.timestamp_millis(w["window_end"]).alias("window_end"),
+            w["pending"].alias("pending_elements"), w["next_index"].alias("panes_emitted"),
+            F.timestamp_millis(w["next_timer"]).alias("next_timer"), w["closed"].alias("closed"),
+        )).alias("windows"),
+        F.lit(batch).alias("batch"),
+        F.col("state").isNull().alias("_delete"),
+    )
+    merge_rows(spark, state_table(stage), state_rows, list(stage.key_columns), delete=True, update=True,
+               txn=txn, cluster_by=WAKE_COLUMNS)

@@ -1,0 +1,49 @@
+"""`<input>_quarantine`: the input rows a pipeline refused, each with its reasons.
+
+One writer for backfills, micro-batches and the input gate. Each row is kept once per
+pipeline (`row_id`), whatever the retries; columns added to the input later are added to
+the table (schema evolution), so a changed input never wedges a run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines.spec import PipelineSpec
+from dataflow_core.spark.input.rows import REASON
+from dataflow_core.spark.platform.delta import Txn, merge_rows
+from dataflow_core.spark.platform.tables import read_table, table_exists
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def quarantine_table(spec: PipelineSpec) -> str:
+    return f"{spec.input_table}_quarantine"
+
+
+def write_quarantine(
+    spark: "SparkSession", spec: PipelineSpec, bad: "DataFrame", run_id: str, txn: Txn | None = None
+) -> None:
+    """Bad rows (input columns and `quarantine_reason`) into `<input>_quarantine`, each row
+    once per pipeline (`row_id`), whatever the retries."""
+    from pyspark.sql import functions as F
+
+    name = quarantine_table(spec)
+    input_cols = [c for c in bad.columns if c != REASON]
+    rows = bad.select(
+        *bad.columns,
+        F.lit(spec.name).alias("pipeline"),
+        F.lit(run_id).alias("run_id"),
+        F.current_timestamp().alias("quarantined_at"),
+        F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
+        F.lit(False).alias("_delete"),
+    )
+    if table_exists(spark, name):
+        if "row_id" not in read_table(spark, name).columns:
+            raise DataflowError(
+                f"table {name} exists with another layout (no row_id column; written by an older demo?); "
+                "move it away and run again"
+            )
+    merge_rows(spark, name, rows, ["row_id"], delete=False, update=False, txn=txn)
