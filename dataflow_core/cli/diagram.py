@@ -96,9 +96,9 @@ def _from_tables(args: argparse.Namespace):
         raise DataflowError(f"empty event-time range: --to {args.event_to} is not after --from {args.event_from}")
     spec = _pipeline_spec(args.pipeline)
 
-    from dataflow_core.diagram.tables import _stage, parse_key, read_history
+    from dataflow_core.diagram.tables import stage_of, parse_key, read_history
 
-    _, stage = _stage(spec, args.stage)  # a bad --stage or --key fails before Spark starts
+    _, stage = stage_of(spec, args.stage)  # a bad --stage or --key fails before Spark starts
     parse_key(args.key[0], getattr(stage, "key_columns", ()))
     from dataflow_core.spark.platform.session import get_spark
 

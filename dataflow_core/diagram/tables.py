@@ -238,7 +238,7 @@ def history_from_frames(
 # --- reading the tables with Spark -----------------------------------------------------------
 
 
-def _stage(spec: Any, stage: str | None) -> tuple[int, Any]:
+def stage_of(spec: Any, stage: str | None) -> tuple[int, Any]:
     stages = list(getattr(spec, "stages", []))
     if not stages:
         raise DataflowError(f"pipeline {getattr(spec, 'name', '?')!r} has no stages")
@@ -265,7 +265,7 @@ def read_history(
     from pyspark.sql import functions as F
     from pyspark.sql.utils import AnalysisException
 
-    index, st = _stage(spec, stage)
+    index, st = stage_of(spec, stage)
     key_columns = list(getattr(st, "key_columns", []))
     key = parse_key(key_text, key_columns)
     lo = dt.datetime.fromtimestamp(event_from / 1000, dt.timezone.utc).replace(tzinfo=None)
