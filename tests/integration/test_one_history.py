@@ -129,11 +129,13 @@ def test_a_backfill_between_live_batches_continues_each_windows_history(spark, m
     equal a recomputation."""
     rows = to_rows(VIEWS)
     spec = _billing(f"t_hist_{mode.value}_{next(_names)}", mode)
-    early = DAY0 + 8 * M  # the first window is still open: its panes are EARLY
+    early = DAY0 + 8 * M
     write_input(spark, spec.input_table, [r for r in rows if r[5] < early])
     assert run_microbatch(spark, spec.name, now=format_instant(early)).ledger_ok
+    tick = early + 150 * S  # early timers fire; the watermark is still before the first window's end
+    assert run_microbatch(spark, spec.name, now=format_instant(tick)).ledger_ok
     write_input(spark, spec.input_table, [r for r in rows if r[5] >= early], mode="append")
-    backfill = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(early + M))
+    backfill = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(tick + M))
     assert backfill.ledger_ok and backfill.ledger["corrected_windows"] > 0
     for cut in (DAY0 + 20 * M, DAY0 + 3 * 3600 * S):
         assert run_microbatch(spark, spec.name, now=format_instant(cut)).ledger_ok
@@ -142,7 +144,7 @@ def test_a_backfill_between_live_batches_continues_each_windows_history(spark, m
         assert history_breaks(history) == [], (window, history)
         on_time = [p for p in history if p.timing.value == "ON_TIME" and not p.retraction]
         assert len(on_time) == 1, (window, history)
-    assert any(p.timing.value == "EARLY" for h in histories.values() for p in h if p.emitted_at == early + M), \
+    assert any(p.timing.value == "EARLY" for h in histories.values() for p in h if p.emitted_at == tick + M), \
         "the backfill corrected an open window with an EARLY pane"
     assert _results(spark, spec.stages[0]) == _sums(rows)
 

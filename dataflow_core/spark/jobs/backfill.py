@@ -34,7 +34,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.range_input import read_range
 from dataflow_core.spark.jobs.replay import replay_range
-from dataflow_core.spark.sinks.batches import live_watermarks
+from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
 from dataflow_core.spark.sinks.results import current_results, standing_panes
 from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, finish_run, start_run
 
@@ -68,10 +68,15 @@ def run_backfill(
     run = start_run(spark, spec.name, "replay" if replay else "backfill", args, now_ms)
     if run.resumed:
         say(f"resuming unfinished run {run.run_id} (processing time {format_instant(run.now)})")
+    hold = hold_for_backfill(spark, spec, run.run_id)  # PipelineBusy while a micro-batch holds it
+    if hold is not None:
+        say(f"holding pipeline {spec.name} (live batch {hold.batch}): micro-batches wait until this run finishes")
     if replay:
         ledger = replay_range(spark, spec, span, interval, run, say)  # type: ignore[arg-type]
     else:
-        ledger = _batch(spark, spec, span, run, fast, say)
+        ledger = _batch(spark, spec, span, run, fast, say, None if hold is None else hold.watermarks)
+    if hold is not None:
+        release_backfill(spark, spec, hold, ledger)
     return finish_run(spark, run, ledger)
 
 
@@ -88,7 +93,9 @@ def _interval(text: str) -> int:
 # --- batch --------------------------------------------------------------------------
 
 
-def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say) -> Ledger:
+def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None) -> Ledger:
+    """Every window of the range recomputed and corrected, stage by stage; `live` holds the
+    stages' live watermarks when micro-batches run the pipeline."""
     from pyspark.sql import functions as F
 
     first = spec.stages[0]
@@ -98,7 +105,6 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say) -> 
             f"pipeline {spec.name!r}: stage {first.output!r} has one global window, which no "
             "event-time range owns; backfill needs interval windows in the first stage"
         )
-    live = live_watermarks(spark, spec)  # refuses while a micro-batch is unfinished
     ledger = Ledger()
     before, after = _margins(wfn)
     finals = None

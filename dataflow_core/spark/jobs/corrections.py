@@ -23,7 +23,10 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.execute.corrections import STANDING, run_corrections
 from dataflow_core.spark.execute.keyed_stage import KeyCodec
 from dataflow_core.spark.input.rows import EventRange
+from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
+from dataflow_core.spark.sinks.corrections_plan import read_plan, write_plan
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
@@ -43,28 +46,40 @@ def correct_stage(
     windows starting in `owned` (all windows when None); `elements` is the stage's input."""
     from pyspark.sql import functions as F
 
-    changed = _changed(spark, stage, finals, owned)
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
-    states = read_states(spark, stage, _latest(spark, stage)) if live else None
-    out = run_corrections(
-        changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
-        elements=elements if states is not None else None, states=states,
-    ).localCheckpoint()  # eager: the writes below change what the diff would say
-    panes = out.where("kind = 'pane'")
-    counts = out.agg(
-        F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
-        F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
-    ).first()
-    corrected = changed.where(F.col("s_pane_index").isNotNull()).count()
-    written = write_panes(spark, stage, panes, run.run_id)
-    if stage.keeps_results:
-        write_results(spark, stage, out.where("kind = 'result'"), run.run_id)
-    if states is not None:
-        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
-        if stage is spec.stages[0]:
-            _mark_seen(spark, spec, stage, out, elements, run.run_id)
-        say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+    out = read_plan(spark, stage, run.run_id)
+    if out is None:
+        states = read_states(spark, stage, table_version(spark, state_table(stage))) if live else None
+        planned = run_corrections(
+            _changed(spark, stage, finals, owned), stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
+            run.now, watermark, elements=elements if states is not None else None, states=states,
+        )
+        write_plan(spark, spec, stage, planned, run.run_id)
+        out = read_plan(spark, stage, run.run_id)
+    else:
+        say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
+    crash_point(f"{stage.output}-planned")
+    if out is None:  # nothing changed
+        counts, corrected, written = {"panes": 0, "retractions": 0}, 0, 0
+    else:
+        counts = out.agg(
+            F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
+            F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
+            F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
+        ).first()
+        corrected = int(counts["fixed"])
+        written = write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id)
+        crash_point(f"{stage.output}-corrected-panes")
+        if stage.keeps_results:
+            write_results(spark, stage, out.where("kind = 'result'"), run.run_id)
+        crash_point(f"{stage.output}-corrected-results")
+        if live:
+            write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
+            crash_point(f"{stage.output}-corrected-state")
+            if stage is spec.stages[0]:
+                _mark_seen(spark, spec, stage, out, elements, run.run_id)
+            say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
     outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
     ledger.per_stage[stage.output] = outcome
     ledger.panes += outcome["panes"]
@@ -72,12 +87,6 @@ def correct_stage(
     ledger.corrected_windows += corrected
     say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions "
         f"({written:,} new in {stage.output}_panes), {corrected:,} windows corrected")
-
-
-def _latest(spark: "SparkSession", stage: StageSpec) -> int:
-    from dataflow_core.spark.platform.delta import table_version
-
-    return table_version(spark, state_table(stage))
 
 
 def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned: EventRange | None) -> "DataFrame":

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 import threading
 import time
 import uuid
@@ -54,11 +53,12 @@ from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, carried_hold_s
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
+from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
 from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.platform.tables import table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, append_record, claim, committed_stream, fence, records,
+    ATTEMPTS, BatchRecord, append_record, claim, committed_stream, fence, records, refuse_if_backfill_holds,
 )
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
@@ -71,16 +71,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["BUSY_EXIT", "CRASH_ENV", "PipelineBusy", "run_microbatch"]
-
-CRASH_ENV = "DATAFLOW_CRASH_AT"
-"""Test switch: the process exits (as if killed) right after the named commit point."""
-
-
-def _crash_point(name: str) -> None:
-    if os.environ.get(CRASH_ENV) == name:
-        print(f"[crash switch] exiting at {name}", flush=True)
-        os._exit(137)
-
 
 # --- the run ------------------------------------------------------------------------
 
@@ -101,6 +91,7 @@ def run_microbatch(
     token = uuid.uuid4().hex
     done: list[tuple[BatchRecord, Ledger]] = []
     pending = records(spark, spec)
+    refuse_if_backfill_holds(spec, pending[0] if pending else None)
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
         done.append(_process(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"]))
@@ -194,6 +185,7 @@ def _begin(
     known = records(spark, spec)
     last_finished = next((r for r in known if r["status"] == "finished"), None)
     latest = known[0] if known else None
+    refuse_if_backfill_holds(spec, latest)
     if stream_batch is not None:
         done_stream, done_id, done_batch = committed_stream(spark, spec)
         if done_id is not None and stream_id is not None and done_id != stream_id:
@@ -228,7 +220,7 @@ def _begin(
     rec = BatchRecord(number, stream_batch, now_ms, {n: table_version(spark, n) for n in names},
                       token=token, stream_id=stream_id)
     claim(spark, spec, rec)
-    _crash_point("started")
+    crash_point("started")
     return rec, last_finished
 
 
@@ -275,7 +267,7 @@ def _process(
     if els is not None:
         els.unpersist()
     rec.estimator = estimator
-    _crash_point("before-finish")
+    crash_point("before-finish")
     fence(spark, spec, rec)
     append_record(spark, spec, rec, "finished", ledger)
     return rec, ledger
@@ -288,7 +280,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     from pyspark.sql import functions as F
 
     if rows is None:
-        _crash_point("deduplicated")
+        crash_point("deduplicated")
         return None
     if spec.where:
         rows = rows.where(F.expr(spec.where))
@@ -297,7 +289,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     ledger.read, ledger.quarantined = int(counts["read"]), int(counts["bad"])
     if ledger.quarantined:
         write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
-    _crash_point("quarantined")
+    crash_point("quarantined")
     candidates = elements(spec, tagged)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:
@@ -307,7 +299,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), old_wm if rec.batch % 100 == 0 else None)
     tagged.unpersist()
-    _crash_point("deduplicated")
+    crash_point("deduplicated")
     return els
 
 
@@ -420,11 +412,11 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> dict[str, int
     emitted = counts["p"] + counts["r"] > 0
     if emitted:
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
-    _crash_point(f"{stage.output}-panes")
+    crash_point(f"{stage.output}-panes")
     if stage.keeps_results and emitted:
         write_results(spark, stage, panes, run_id, txn=txn(stage.output), continues=True,
                       window_end_from=counts["end"])
-    _crash_point(f"{stage.output}-results")
+    crash_point(f"{stage.output}-results")
     write_state(spark, stage, current.out, rec.batch, txn(state_table(stage)))
-    _crash_point(f"{stage.output}-state")
+    crash_point(f"{stage.output}-state")
     return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}

@@ -29,8 +29,9 @@ BATCHES_TABLE = "dataflow_batches"
 BATCHES_SCHEMA = (
     "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
     "recorded_at timestamp, versions string, watermarks string, estimator_state string, ledger string, "
-    "attempt int, run_token string, stream_id string"
+    "attempt int, run_token string, stream_id string, holder string"
 )
+MICROBATCH = "microbatch"
 ATTEMPTS = 1000
 """Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
 
@@ -45,7 +46,8 @@ class BatchRecord:
     token: str = ""
     stream_id: str | None = None
     watermarks: dict[str, Instant] = field(default_factory=dict)
-    estimator: Any = None
+    estimator: Any = None  # the watermark estimator after the batch (or its state, as JSON text)
+    holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
 
 
 def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
@@ -74,8 +76,8 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
     row = (
         spec.name, rec.batch, rec.stream_batch, rec.now, dt.datetime.fromtimestamp(rec.now / 1000, dt.timezone.utc),
         status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
-        json.dumps(rec.estimator.to_state()) if rec.estimator is not None else None,
-        json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id,
+        rec.estimator if isinstance(rec.estimator, str) or rec.estimator is None else json.dumps(rec.estimator.to_state()),
+        json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id, rec.holder,
     )
     version = rec.batch * ATTEMPTS + rec.attempt if status == "started" else rec.batch
     append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA),
@@ -134,18 +136,57 @@ def committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None,
     return row["s"], row["id"], row["b"]
 
 
+def holder_of(record: dict) -> str:
+    return record.get("holder") or MICROBATCH
 
 
-def live_watermarks(spark: "SparkSession", spec: PipelineSpec) -> dict[str, Instant] | None:
-    """Each stage's input watermark after the last finished micro-batch (None when the
-    pipeline never ran live); refuses while a micro-batch is unfinished."""
-    rows = records(spark, spec)
-    if not rows:
-        return None
-    if rows[0]["status"] == "started":
-        raise DataflowError(
-            f"pipeline {spec.name!r}: micro-batch {rows[0]['batch']} has not finished (running, or "
-            f"crashed: `dataflow microbatch --pipeline {spec.name}` completes it); a backfill now would "
-            "race it for the live state"
+def refuse_if_backfill_holds(spec: PipelineSpec, latest: dict | None) -> None:
+    """A micro-batch does not start while a backfill holds the pipeline."""
+    if latest and latest["status"] == "started" and holder_of(latest) != MICROBATCH:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r} is held by {holder_of(latest)} (batch {latest['batch']}), which corrects "
+            "its live state; this micro-batch stopped without writing and runs once the backfill has finished "
+            "(a backfill that failed finishes when run again with the same arguments)"
         )
-    return json.loads(rows[0]["watermarks"])
+
+
+def hold_for_backfill(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> BatchRecord | None:
+    """Take the pipeline's next batch number for backfill `run_id`, so that no micro-batch
+    runs until it has finished (None when the pipeline never ran live: nothing to fence).
+
+    Refused (PipelineBusy) while a micro-batch or another backfill holds it; a re-run of the
+    same backfill (the same run id, resumed) takes its own hold back. The hold keeps the live
+    processing time, watermarks and estimator as the last batch left them."""
+    known = records(spark, spec)
+    if not known:
+        return None
+    holder = f"backfill {run_id}"
+    latest = known[0]
+    last = next((r for r in known if r["status"] == "finished"), None)
+    if latest["status"] == "started":
+        if holder_of(latest) != holder:
+            what = "a micro-batch" if holder_of(latest) == MICROBATCH else holder_of(latest)
+            raise PipelineBusy(
+                f"pipeline {spec.name!r}: {what} holds it (batch {latest['batch']} has not finished: running, "
+                "or crashed and completed by its next run); this backfill stopped before reading, try again later"
+            )
+        return _record(latest, last, holder)
+    rec = _record(None, last, holder)
+    claim(spark, spec, rec)
+    return rec
+
+
+def _record(started: dict | None, last: dict | None, holder: str) -> BatchRecord:
+    base = started or last
+    assert base is not None
+    return BatchRecord(
+        batch=base["batch"] if started else base["batch"] + 1, stream_batch=None,
+        now=(last or base)["now_ms"], versions={}, attempt=0, token=holder, stream_id=None,
+        watermarks=json.loads((last or base)["watermarks"] or "{}"),
+        estimator=(last or {}).get("estimator_state"), holder=holder,
+    )
+
+
+def release_backfill(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger) -> None:
+    """The backfill is done: its batch finishes, leaving the live clock where it was."""
+    append_record(spark, spec, rec, "finished", ledger)

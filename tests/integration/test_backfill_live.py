@@ -1,0 +1,133 @@
+"""A backfill and the micro-batches of one pipeline (issue "Backfills and live micro-batches
+on one pipeline, safely"): they fence each other through `dataflow_batches`, and a backfill
+interrupted between any two of its commits and run again leaves the tables an uninterrupted
+one leaves; micro-batches then carry on, with deleted input not counted and late input
+counted once.
+
+Interruptions are the crash switch in raise mode (`DATAFLOW_CRASH_RAISE`): the run stops
+dead between two commits inside this process, so no extra JVM is started; the SIGKILL tests
+of micro-batches (test_microbatch*.py) cover real process deaths."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from dataflow_core.errors import PipelineBusy
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.panes import history_breaks
+from dataflow_core.model.time import format_instant
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
+from dataflow_core.spark.jobs.microbatch import run_microbatch
+from dataflow_core.spark.platform.tables import read_table, table_path
+from tests.integration.test_backfill import DAY0, M, to_rows, write_input
+from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
+
+_names = itertools.count()
+S = 1000
+
+
+@pytest.fixture
+def crash(monkeypatch):
+    """crash(point): the next run stops dead right after that commit point."""
+    monkeypatch.setenv(RAISE_ENV, "1")
+
+    def at(point: str | None) -> None:
+        if point is None:
+            monkeypatch.delenv(CRASH_ENV, raising=False)
+        else:
+            monkeypatch.setenv(CRASH_ENV, point)
+
+    yield at
+    monkeypatch.delenv(CRASH_ENV, raising=False)
+
+
+def _delete(spark, table: str, event_id: str) -> None:
+    spark.sql(f"DELETE FROM delta.`{table_path(spark, table)}` WHERE event_id = '{event_id}'")
+
+
+def _live_then_changed(spark, spec, rows):
+    """Micro-batches over the first 8 minutes of arrivals; then a late view is appended and
+    a counted view deleted (an input fix the stream skips); returns the input as it stands."""
+    early = DAY0 + 8 * M
+    write_input(spark, spec.input_table, [r for r in rows if r[5] < early])
+    assert run_microbatch(spark, spec.name, now=format_instant(early)).ledger_ok
+    assert run_microbatch(spark, spec.name, now=format_instant(early + 150 * S)).ledger_ok  # EARLY panes out
+    gone = next(r for r in rows if r[5] < early)
+    _delete(spark, spec.input_table, gone[0])
+    late = ("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)
+    write_input(spark, spec.input_table, [late], mode="append")
+    return [r for r in rows if r[5] < early and r[0] != gone[0]] + [late]
+
+
+def test_backfills_and_micro_batches_fence_each_other(spark, crash):
+    spec = _billing(f"t_fence_{next(_names)}", AccumulationMode.RETRACTING)
+    rows = to_rows(VIEWS)
+    write_input(spark, spec.input_table, [r for r in rows if r[5] < DAY0 + 8 * M])
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 8 * M)).ledger_ok
+
+    write_input(spark, spec.input_table, [r for r in rows if r[5] >= DAY0 + 8 * M], mode="append")
+    crash("deduplicated")  # a micro-batch stops half-way: it holds the pipeline
+    with pytest.raises(SimulatedCrash):
+        run_microbatch(spark, spec.name, now=format_instant(DAY0 + 12 * M))
+    crash(None)
+    with pytest.raises(PipelineBusy, match="a micro-batch holds it"):
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 13 * M))
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 12 * M)).ledger_ok  # completes it
+
+    crash(f"{spec.stages[0].output}-planned")  # a backfill stops after planning: it holds the pipeline
+    with pytest.raises(SimulatedCrash):
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 14 * M))
+    crash(None)
+    with pytest.raises(PipelineBusy, match=r"is held by backfill backfill-\w+"):
+        run_microbatch(spark, spec.name, now=format_instant(DAY0 + 15 * M))
+    with pytest.raises(PipelineBusy, match="holds it"):  # another backfill (other arguments) waits too
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-03", now=format_instant(DAY0 + 14 * M))
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02",
+                        now=format_instant(DAY0 + 14 * M)).ledger_ok  # the same backfill finishes
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok
+    assert _results(spark, spec.stages[0]) == _sums(rows)
+    for window, history in _histories(spark, spec.stages[0]).items():
+        assert history_breaks(history) == [], (window, history)
+
+
+def _tables(spark, spec) -> dict[str, Counter]:
+    """What a run leaves, without run ids, pane ids or batch numbers (which name the run)."""
+    out = {}
+    stage = spec.stages[0]
+    for name, drop in ((f"{stage.output}_panes", {"run_id", "pane_id"}), (stage.output, {"run_id", "pane_id"}),
+                       (f"{stage.output}__state", {"batch"}), (f"{spec.name}__seen_ids", {"batch"})):
+        out[name.replace(spec.name, "P")] = Counter(
+            tuple(v for k, v in r.asDict().items() if k not in drop) for r in read_table(spark, name).collect())
+    return out
+
+
+def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exactly(spark, crash):
+    """One backfill stopped after each of its commit points in turn, then run to the end,
+    leaves the tables of an uninterrupted twin; micro-batches then carry on: the deleted
+    view is not counted, the late view is counted once."""
+    rows = to_rows(VIEWS)
+    twin = _billing(f"t_resume_twin_{next(_names)}", AccumulationMode.RETRACTING)
+    spec = _billing(f"t_resume_{next(_names)}", AccumulationMode.RETRACTING)
+    for pipeline in (twin, spec):
+        standing = _live_then_changed(spark, pipeline, rows)
+    now = format_instant(DAY0 + 11 * M)
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    out = spec.stages[0].output
+    for point in (f"{out}-planned", f"{out}-corrected-panes", f"{out}-corrected-results", f"{out}-corrected-state"):
+        crash(point)
+        with pytest.raises(SimulatedCrash):
+            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+    crash(None)
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    assert _tables(spark, spec) == _tables(spark, twin)
+
+    rest = [r for r in rows if r[5] >= DAY0 + 8 * M]
+    write_input(spark, spec.input_table, rest + [standing[-1]], mode="append")  # the late view again
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok
+    assert _results(spark, spec.stages[0]) == _sums(standing + rest)
+    for window, history in _histories(spark, spec.stages[0]).items():
+        assert history_breaks(history) == [], (window, history)
