@@ -1,12 +1,13 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
 #                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
-#   make test   - setup, then the whole pytest suite (tests/)
+#   make test   - setup, then the whole pytest suite (tests/); installs Debian's chromium for
+#                 the browser test if it is missing and apt-get can (scripts/ensure-chromium.sh)
 #   make demo   - setup, then the product's story on sample data (python -m jobs.demo)
 #   make bench  - setup, then every benchmarks/bench_*.py
 #   make airflow       - Airflow standalone in the background (UI on :8080, project's DAGs, SQLite
 #                        DB, sample data generated if none); prints the URL, user and password
-#   make airflow-stop  - stop it (the whole process group it started)
+#   make airflow-stop  - stop it: every process it started, task processes and Spark JVMs included
 #   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
 #   make docs   - the paper's figures (docs/figures/*.svg) from docs/figures/scenarios/*.yaml
 #   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
@@ -49,6 +50,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 	@touch $@
 
 test: setup
+	@scripts/ensure-chromium.sh
 	@$(PY) -m pytest $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc

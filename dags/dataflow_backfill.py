@@ -24,6 +24,8 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow.requests import backfill_param_schemas
 
+SLOT_RETRY_S = 15  # a day waiting for "days at once" is rescheduled, not left holding a worker
+
 PARAMS = {
     name: Param(schema.pop("default"), **schema)
     for name, schema in backfill_param_schemas().items()
@@ -42,7 +44,9 @@ def _fail_on_dataflow_error(function):
         try:
             return function(*args, **kwargs)
         except DataflowError as exc:
-            print(f"FAILED: {exc}", flush=True)
+            import logging
+
+            logging.getLogger("dataflow").error(f"FAILED: {exc}")
             raise AirflowFailException(str(exc)) from None
 
     return wrapper
@@ -83,18 +87,29 @@ def dataflow_backfill() -> None:
     @task(retries=2, retry_delay=timedelta(seconds=20), max_active_tis_per_dagrun=8,
           map_index_template="{{ day }}")
     def backfill_day(day: str, plan: dict[str, Any], **context: Any) -> dict[str, Any]:
-        from dataflow_core.airflow.tasks import backfill_day as run_day
+        import logging
+
+        import pendulum
+        from airflow.sdk.exceptions import AirflowRescheduleException
+
+        from dataflow_core.airflow.tasks import NoSlot, backfill_day as run_day
 
         context["day"] = day  # names the mapped task in the grid (map_index_template)
-        return run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
-                       plan["days_at_once"], f"{context['dag'].dag_id}__{context['run_id']}")
+        try:
+            return run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
+                           plan["days_at_once"], f"{context['dag'].dag_id}__{context['run_id']}",
+                           wait_for_slot=False)
+        except NoSlot as busy:
+            # Waiting here would hold a worker slot: come back later instead (up_for_reschedule).
+            logging.getLogger("dataflow").info(f"{busy}: trying again in {SLOT_RETRY_S} s")
+            raise AirflowRescheduleException(pendulum.now("UTC").add(seconds=SLOT_RETRY_S)) from None
 
     @task
     @_fail_on_dataflow_error
     def gate_output(plan: dict[str, Any], days: list[dict[str, Any]], **context: Any) -> dict[str, Any]:
-        from dataflow_core.airflow.tasks import gate_output as run_gate
+        from dataflow_core.airflow.tasks import add_written, gate_output as run_gate
 
-        return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"])
+        return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"], written=add_written(days))
 
     @task
     def summary(plan: dict[str, Any], days: list[dict[str, Any]], gates: dict[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,9 @@ def _run(function, *args: Any) -> Any:
     try:
         return function(*args)
     except DataflowError as exc:
-        print(f"FAILED: {exc}", flush=True)
+        import logging
+
+        logging.getLogger("dataflow").error(f"FAILED: {exc}")
         raise AirflowFailException(str(exc)) from None
 
 
@@ -66,7 +68,9 @@ def make_daily_dag(pipeline: str, description: str):
         def gate_output(day: dict[str, Any], **context: Any) -> dict[str, Any]:
             from dataflow_core.airflow.tasks import gate_output as run_gate
 
-            return _run(run_gate, pipeline, [day["run_id"]], context["run_id"])
+            from dataflow_core.airflow.tasks import add_written
+
+            return _run(lambda: run_gate(pipeline, [day["run_id"]], context["run_id"], written=add_written([day])))
 
         @task
         def summary(day: dict[str, Any], gates: dict[str, Any], **context: Any) -> dict[str, Any]:

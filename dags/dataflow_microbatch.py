@@ -6,11 +6,22 @@ one active run at a time, no catch-up: `microbatch` runs one micro-batch of the 
 (`dataflow microbatch --pipeline NAME`), then `gate_output` checks the panes and results of
 the windows it touched. A run that finds the pipeline already running elsewhere (another
 micro-batch or a backfill holds it) is skipped with that reason, not failed. Created paused.
+
+The output gate checks the panes the batch wrote (the pane log names them `batch-N`), and
+fails if the batch wrote panes but the gate found none to check.
+
+Triggering by hand: Airflow's trigger dialog has an "Unpause on trigger" box, ticked by
+default; leave it ticked and the 5-minute schedule starts too. Untick it to run one batch
+only. Pause again with the DAG's toggle or `airflow dags pause dataflow_microbatch__<pipeline>`.
+A manual run while a scheduled one is running waits for it (one active run per DAG); a
+micro-batch that still finds the pipeline busy (a backfill) is skipped, not failed.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import logging
 
 import pendulum
 from airflow.sdk import dag, task
@@ -18,6 +29,8 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from dataflow_core.airflow import settings
 from dataflow_core.pipelines import all_pipelines
+
+log = logging.getLogger("dataflow")
 
 
 def make_microbatch_dag(pipeline: str, description: str):
@@ -42,10 +55,10 @@ def make_microbatch_dag(pipeline: str, description: str):
             try:
                 return run_microbatch(pipeline)
             except Busy as exc:
-                print(f"skipped: {exc}", flush=True)
+                log.warning(f"skipped: {exc}")
                 raise AirflowSkipException(f"pipeline {pipeline} is already running: {exc}") from None
             except DataflowError as exc:
-                print(f"FAILED: {exc}", flush=True)
+                log.error(f"FAILED: {exc}")
                 raise AirflowFailException(str(exc)) from None
 
         @task
@@ -54,9 +67,9 @@ def make_microbatch_dag(pipeline: str, description: str):
             from dataflow_core.errors import DataflowError
 
             try:
-                return run_gate(pipeline, [batch["run_id"]], context["run_id"])
+                return run_gate(pipeline, batch["pane_run_ids"], context["run_id"], written=batch["written"])
             except DataflowError as exc:
-                print(f"FAILED: {exc}", flush=True)
+                log.error(f"FAILED: {exc}")
                 raise AirflowFailException(str(exc)) from None
 
         gate_output(microbatch())

@@ -2,7 +2,8 @@
 # `make airflow` / `make airflow-stop`: Airflow standalone in the background, over the sample data.
 #
 #   scripts/airflow-standalone.sh start   # sample data if none, start, wait until the UI answers
-#   scripts/airflow-standalone.sh stop    # stop every process it started (its process group)
+#   scripts/airflow-standalone.sh stop    # stop every process it started, task processes and
+#                                         # their Spark JVMs included, and say how many
 #   scripts/airflow-standalone.sh status
 #
 # Environment: scripts/airflow-env.sh (AIRFLOW_HOME=.airflow, DATAFLOW_WAREHOUSE=warehouse,
@@ -31,8 +32,10 @@ start() {
     fi
     echo "starting airflow standalone (log: $log) ..."
     # Its own session and process group, so `stop` can end all of it (api-server, scheduler,
-    # dag-processor, triggerer and the task processes they start) and nothing else.
-    setsid airflow standalone >"$log" 2>&1 < /dev/null &
+    # dag-processor, triggerer) and nothing else. Task supervisors start their own process
+    # groups, and a Spark JVM outlives a killed parent, so every process also inherits a
+    # marker in its environment that `stop` looks for.
+    DATAFLOW_AIRFLOW_INSTANCE="$AIRFLOW_HOME" setsid airflow standalone >"$log" 2>&1 < /dev/null &
     echo $! >"$pidfile"
     for _ in $(seq 1 180); do
         if ! running; then
@@ -62,23 +65,73 @@ show_login() {
     echo "(the password is kept in $passwords)"
 }
 
+# The processes this Airflow started: the process group's, every descendant of its leader,
+# and any process whose environment carries this instance's marker (a JVM whose parent died).
+started_processes() {
+    python3 - "${1:-0}" "$AIRFLOW_HOME" <<'PY'
+import os, sys
+leader, marker = int(sys.argv[1]), ("DATAFLOW_AIRFLOW_INSTANCE=" + sys.argv[2]).encode()
+me = {os.getpid(), os.getppid()}
+parent, group, found = {}, {}, set()
+for name in os.listdir("/proc"):
+    if not name.isdigit() or int(name) in me:
+        continue
+    pid = int(name)
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        parent[pid], group[pid] = int(fields[1]), int(fields[2])
+        if fields[0] == b"Z":
+            continue
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            if marker in f.read().split(b"\0"):
+                found.add(pid)
+    except OSError:
+        continue
+    if leader and group[pid] == leader:
+        found.add(pid)
+changed = True
+while changed and leader:
+    changed = False
+    for pid, ppid in parent.items():
+        if pid not in found and (ppid == leader or ppid in found) and pid not in me:
+            found.add(pid); changed = True
+print(" ".join(str(p) for p in sorted(found)))
+PY
+}
+
 stop() {
-    if ! running; then
-        echo "Airflow standalone is not running (no live process in $pidfile)"
+    local pgid=0 pids
+    if [ -f "$pidfile" ]; then pgid="$(cat "$pidfile")"; fi
+    pids="$(started_processes "$pgid")"
+    if [ -z "$pids" ]; then
+        echo "Airflow standalone is not running (no process of $AIRFLOW_HOME left)"
         rm -f "$pidfile"
         return 0
     fi
-    local pgid
-    pgid="$(cat "$pidfile")"
-    echo "stopping airflow standalone (process group $pgid) ..."
-    kill -TERM -- "-$pgid" 2>/dev/null || true
+    local count
+    count="$(wc -w <<<"$pids")"
+    echo "stopping airflow standalone: $count processes (api-server, scheduler, dag-processor, triggerer, task processes and their Spark JVMs) ..."
+    [ "$pgid" != 0 ] && kill -TERM -- "-$pgid" 2>/dev/null
+    # shellcheck disable=SC2086
+    kill -TERM $pids 2>/dev/null || true
     for _ in $(seq 1 30); do
-        kill -0 -- "-$pgid" 2>/dev/null || { rm -f "$pidfile"; echo "stopped"; return 0; }
+        pids="$(started_processes "$pgid")"
+        [ -z "$pids" ] && { rm -f "$pidfile"; echo "stopped: no process of this Airflow is left"; return 0; }
         sleep 1
     done
-    kill -KILL -- "-$pgid" 2>/dev/null || true
+    local stubborn
+    stubborn="$(wc -w <<<"$pids")"
+    # shellcheck disable=SC2086
+    kill -KILL $pids 2>/dev/null || true
+    sleep 1
     rm -f "$pidfile"
-    echo "stopped (killed after 30 s)"
+    pids="$(started_processes 0)"
+    if [ -n "$pids" ]; then
+        echo "processes still running after SIGKILL: $pids" >&2
+        return 1
+    fi
+    echo "stopped: no process of this Airflow is left ($stubborn killed after 30 s)"
 }
 
 case "${1:-start}" in

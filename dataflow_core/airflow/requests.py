@@ -47,7 +47,10 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
             "format": "date",
             "pattern": DATE_PATTERN,
             "title": "Start (first day)",
-            "description": "First day of event time to backfill (UTC), YYYY-MM-DD.",
+            "description": (
+                "First day of event time to backfill (UTC). The date picker shows dates in your "
+                "browser's format (mm/dd/yyyy in US English); typed in the API or CLI: YYYY-MM-DD."
+            ),
         },
         "end": {
             "default": "2024-05-03",
@@ -56,8 +59,9 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
             "pattern": DATE_PATTERN,
             "title": "End (day after the last)",
             "description": (
-                "The range is [start, end): 2024-05-01 to 2024-05-03 backfills May 1 and 2, "
-                f"like dataflow backfill --end. At most {settings.max_backfill_days()} days."
+                "The day after the last day: the range is [start, end), so May 1 to May 3 "
+                f"backfills May 1 and 2. End after start, at most {settings.max_backfill_days()} days "
+                "(checked by the first task, check_request, within seconds)."
             ),
         },
         "mode": {
@@ -76,7 +80,10 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
             "type": "string",
             "pattern": DURATION_PATTERN,
             "title": "Replay batch interval",
-            "description": "replay mode only: processing time per micro-batch (30s, 1m, 5m, 1h).",
+            "description": (
+                "replay mode only: processing time per micro-batch, a whole number above 0 and a "
+                "unit ms, s, m, h or d (30s, 1m, 5m, 1h)."
+            ),
         },
         "days_at_once": {
             "default": 1,
@@ -85,7 +92,10 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
             "exclusiveMinimum": 0,
             "exclusiveMaximum": max_parallel + 1,
             "title": "Days at once",
-            "description": f"How many days run at the same time (1 to {max_parallel}).",
+            "description": (
+                f"How many days run at the same time: a whole number from 1 to {max_parallel} "
+                f"(more than 0, less than {max_parallel + 1})."
+            ),
         },
     }
 

@@ -1,7 +1,9 @@
-"""The bodies of the DAGs' tasks. Each takes plain values, prints what it does (the task log)
-and returns plain JSON-able values (XCom). Spark starts inside the task's own process, on
+"""The bodies of the DAGs' tasks. Each takes plain values, logs what it does as it happens
+(logger `dataflow`, so every line reaches the task log at once, at its level) and returns small
+JSON-able values (XCom). Spark starts inside the task's own process, on
 `$DATAFLOW_SPARK_MASTER` (default local[*]) with tables under `$DATAFLOW_WAREHOUSE`, exactly
-like the `dataflow` CLI.
+like the `dataflow` CLI; what the JVM writes to stderr is logged line by line at the level
+log4j gave it (logger `dataflow.spark`), not as errors.
 """
 
 from __future__ import annotations
@@ -9,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import fcntl
+import logging
 import os
 import re
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
@@ -23,11 +27,67 @@ LEDGER_KEYS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "d
                "panes", "retractions", "corrected_windows")
 
 
+log = logging.getLogger("dataflow")
+spark_log = logging.getLogger("dataflow.spark")
+
+
 def _say(message: str) -> None:
-    print(message, flush=True)
+    log.info(message)
+
+
+# JVM / log4j lines: "26/11/24 09:36:23 WARN MapPartitionsRDD: ..." and the JVM's own
+# "WARNING: Using incubator modules: ...".
+_JVM_LINE = re.compile(r"^(?:\d\d/\d\d/\d\d \d\d:\d\d:\d\d )?(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\b:?\s*(.*)$")
+_JVM_LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
+               "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
+
+
+def jvm_line_level(line: str, previous: int = logging.INFO) -> tuple[int, str]:
+    """The logging level and text of one line the JVM wrote; a line without a level (a stack
+    trace's continuation) keeps the level of the line before it."""
+    match = _JVM_LINE.match(line)
+    if match:
+        return _JVM_LEVELS[match.group(1)], line
+    return previous, line
+
+
+def _log_stream(fd: int) -> None:
+    level = logging.INFO
+    with os.fdopen(fd, "r", errors="replace") as stream:
+        for raw in stream:
+            line = raw.rstrip()
+            if line:
+                level, text = jvm_line_level(line, level)
+                spark_log.log(level, text)
+
+
+def _spark_running() -> bool:
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        return False
+    return SparkContext._active_spark_context is not None
 
 
 def spark_session(app: str):
+    """The task's Spark session. When this starts the JVM, the JVM (and the Python workers it
+    forks) get a pipe as stderr, read by a thread that logs each line at its own level:
+    Airflow would otherwise log everything a task writes to stderr as ERROR."""
+    if _spark_running() or os.environ.get("DATAFLOW_TASK_JVM_STDERR") == "inherit":
+        return _get_spark(app)
+    read_fd, write_fd = os.pipe()
+    saved = os.dup(2)
+    try:
+        os.dup2(write_fd, 2)  # inherited by the JVM started below
+        threading.Thread(target=_log_stream, args=(read_fd,), name="jvm-stderr", daemon=True).start()
+        return _get_spark(app)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(write_fd)
+
+
+def _get_spark(app: str):
     from dataflow_core.spark.platform.session import get_spark
 
     return get_spark(app)
@@ -41,11 +101,17 @@ def _slot_root() -> Path:
     return Path(base) / "dataflow-slots"
 
 
+class NoSlot(Exception):
+    """Every slot of the run is taken (raised instead of waiting when `wait=False`)."""
+
+
 @contextlib.contextmanager
-def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0) -> Iterator[int]:
+def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0, wait: bool = True) -> Iterator[int]:
     """Hold one of `slots` slots of the run `run_key` (a per-run counting semaphore made of
-    `slots` lock files), waiting for one to free up. With the LocalExecutor every task runs
-    on this machine, so this caps how many days of one backfill run at once."""
+    `slots` lock files), waiting for one to free up, or raising NoSlot at once when `wait` is
+    False (the DAG then reschedules the task, so a waiting day does not hold a worker slot).
+    With the LocalExecutor every task runs on this machine, so this caps how many days of one
+    backfill run at once."""
     folder = _slot_root() / re.sub(r"[^A-Za-z0-9_.-]", "_", run_key)
     folder.mkdir(parents=True, exist_ok=True)
     waited = False
@@ -65,6 +131,8 @@ def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0) -> 
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
                 handle.close()
+        if not wait:
+            raise NoSlot(f"{slots} day(s) of this run are already running (days at once = {slots})")
         if not waited:
             say(f"waiting: {slots} day(s) of this run are already running (days at once = {slots})")
             waited = True
@@ -99,14 +167,15 @@ def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say 
 
 def backfill_day(
     pipeline: str, day: str, replay: bool, batch_interval: str, days_at_once: int, run_key: str,
-    say: Say = _say,
+    say: Say = _say, wait_for_slot: bool = True,
 ) -> dict[str, Any]:
-    """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once."""
+    """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once (raises
+    NoSlot when none is free and `wait_for_slot` is False)."""
     from dataflow_core.spark.jobs.backfill import run_backfill
 
     first = dt.date.fromisoformat(day)
     end = (first + dt.timedelta(days=1)).isoformat()
-    with day_slot(run_key, days_at_once, say):
+    with day_slot(run_key, days_at_once, say, wait=wait_for_slot):
         spark = spark_session(f"dataflow-backfill-{pipeline}")
         say(f"backfill {pipeline} [{day}, {end}) {'replay' if replay else 'batch'}")
         started = time.monotonic()
@@ -118,19 +187,37 @@ def backfill_day(
         + f"({time.monotonic() - started:.0f} s)")
     if not result.ledger_ok:
         raise DataflowError(f"run {result.run_id} of {pipeline} for {day}: the ledger does not balance: {result.ledger}")
-    return {"day": day, "run_id": result.run_id, "ledger": ledger, "ledger_ok": result.ledger_ok}
+    return {"day": day, "run_id": result.run_id, "ledger": ledger, "ledger_ok": result.ledger_ok,
+            "written": written_per_stage(result.ledger)}
 
 
-def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: Say = _say) -> dict[str, Any]:
-    """Pane and results gates of every stage for the windows the runs touched."""
+def written_per_stage(ledger: Mapping[str, Any]) -> dict[str, int]:
+    """Panes and retractions a run wrote, per stage output (from its ledger)."""
+    return {str(stage): int(c.get("panes", 0)) + int(c.get("retractions", 0))
+            for stage, c in (ledger.get("per_stage") or {}).items()}
+
+
+def add_written(parts: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for part in parts:
+        for stage, n in ((part or {}).get("written") or {}).items():
+            total[stage] = total.get(stage, 0) + int(n)
+    return total
+
+
+def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: Say = _say,
+                written: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Pane and results gates of every stage for the windows the runs touched. `written`
+    (panes and retractions the runs wrote, per stage output): a stage whose gate then checks
+    no pane at all fails, since a gate over nothing proves nothing."""
     from dataflow_core.quality.gates import GateFailed, gate_outputs
 
     ids = None if run_ids is None else [r for r in run_ids if r]
     spark = spark_session(f"dataflow-gate-output-{pipeline}")
-    outcomes = gate_outputs(spark, pipeline, ids, run_id, say=say)
+    outcomes = gate_outputs(spark, pipeline, ids, run_id, say=say, written=written)
     failed = [o for o in outcomes if not o.success]
     for outcome in failed:
-        say("FAILED: " + outcome.summary())
+        log.error("FAILED: " + outcome.summary())
     if failed:
         if len(failed) == 1:
             raise GateFailed(failed[0])
@@ -149,9 +236,10 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any]],
     width = max(len(k) for k in LEDGER_KEYS)
     say(f"backfill of {plan['pipeline']} over [{plan['start']}, {plan['end']}), "
         f"{'replay' if plan.get('replay') else 'batch'}: {len(rows)} day(s)")
-    say("  day         run id                " + " ".join(f"{k[:10]:>10}" for k in LEDGER_KEYS))
+    per_day = ("read", "accepted", "duplicates", "quarantined", "panes")
+    say("  day         run id                  " + " ".join(f"{k:>11}" for k in per_day))
     for d in rows:
-        say(f"  {d['day']}  {d['run_id'][:20]:<20}  " + " ".join(f"{d['ledger'].get(k, 0):>10,}" for k in LEDGER_KEYS))
+        say(f"  {d['day']}  {d['run_id'][:22]:<22}  " + " ".join(f"{d['ledger'].get(k, 0):>11,}" for k in per_day))
     say("ledger (all days):")
     for key in LEDGER_KEYS:
         say(f"  {key.replace('_', ' '):<{width}}  {total[key]:>12,}")
@@ -159,11 +247,9 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any]],
         f"{total['duplicates']:,} + {total['quarantined']:,}  {'OK' if ok else 'MISMATCH'}")
     if gates and gates.get("data_docs"):
         say(f"Data Docs: {gates['data_docs']}")
-    summary = {**{k: plan[k] for k in ("pipeline", "start", "end", "replay")},
-               "days": len(rows), "run_ids": [d["run_id"] for d in rows], "ledger": total, "ledger_ok": ok}
-    if gates:
-        summary["data_docs"] = gates.get("data_docs")
-    return summary
+    # Small: Airflow logs the returned value on one line ("Returned value was: ...").
+    return {"pipeline": plan["pipeline"], "days": len(rows), "read": total["read"], "panes": total["panes"],
+            "ledger_ok": ok, "run_ids": [d["run_id"] for d in rows]}
 
 
 # --- micro-batches ----------------------------------------------------------------------
@@ -176,22 +262,41 @@ class Busy(Exception):
 def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
     """One micro-batch of `pipeline`; raises Busy when another run holds the pipeline."""
     try:
-        from dataflow_core.spark.jobs.microbatch import PipelineBusy, run_microbatch
+        from dataflow_core.errors import PipelineBusy
+        from dataflow_core.spark.jobs.microbatch import run_microbatch
     except ImportError as exc:
         raise DataflowError(
             f"micro-batches are not available in this installation ({exc}); "
             "dataflow_core.spark.jobs.microbatch is needed"
         ) from None
     spark = spark_session(f"dataflow-microbatch-{pipeline}")
+    before = finished_batches(pipeline)
     try:
-        result = run_microbatch(spark, pipeline)
+        result = run_microbatch(spark, pipeline, progress=lambda m: say("  " + m))
     except PipelineBusy as exc:
         raise Busy(str(exc)) from None
+    batches = [b for b in finished_batches(pipeline) if b not in before]
     ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
     say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
     if not result.ledger_ok:
         raise DataflowError(f"micro-batch {result.run_id} of {pipeline}: the ledger does not balance: {result.ledger}")
-    return {"run_id": result.run_id, "ledger": ledger}
+    # The pane log names a micro-batch's panes by the batch (`batch-N`), not by the run id.
+    run_ids = [f"batch-{b}" for b in batches]
+    say(f"batches written: {', '.join(run_ids) or 'none (nothing new)'}")
+    return {"run_id": result.run_id, "pane_run_ids": run_ids, "ledger": ledger,
+            "written": written_per_stage(result.ledger)}
+
+
+def finished_batches(pipeline: str, warehouse: str | None = None) -> list[int]:
+    """The numbers of `pipeline`'s finished micro-batches (from `dataflow_batches`, read
+    without Spark)."""
+    from dataflow_core.query import list_tables, literal, query
+
+    if "dataflow_batches" not in list_tables(warehouse):
+        return []
+    table = query("SELECT DISTINCT batch FROM dataflow_batches WHERE pipeline = "
+                  f"{literal(pipeline)} AND status = 'finished' ORDER BY batch", warehouse).table
+    return [int(b) for b in table.column(0).to_pylist()]
 
 
 # --- maintenance ------------------------------------------------------------------------
@@ -234,9 +339,9 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
     from dataflow_core.pipelines import get
-    from dataflow_core.spark.jobs.microbatch import expire_seen_ids, seen_table
+    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids, seen_table
 
-    from dataflow_core.spark.jobs.microbatch import BATCHES_TABLE
+    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
     from dataflow_core.spark.platform.tables import table_exists
 
     # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.

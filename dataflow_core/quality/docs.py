@@ -30,6 +30,46 @@ def site_index(root: Path | str) -> Path:
     return Path(root) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
 
 
+OFFLINE_MARK = "<!-- dataflow: offline assets -->"
+_OFFLINE_DIR = Path(__file__).with_name("offline")
+
+
+def make_offline(site: Path | str) -> int:
+    """Make the Data Docs site readable without internet: GE's pages load jQuery, Bootstrap
+    and bootstrap-table from CDNs and draw their tables with them, so offline the index is
+    blank. Copies a small stand-in (`offline/offline.js`, `offline.css`, shipped with this
+    package) into the site's `static/dataflow/` and links it from every page right after the
+    CDN scripts; online the CDN scripts win and the stand-in does nothing. Returns how many
+    pages were changed (pages already done are skipped)."""
+    import shutil
+
+    site = Path(site)
+    if not site.is_dir():
+        return 0
+    target = site / "static" / "dataflow"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in ("offline.js", "offline.css"):
+        shutil.copyfile(_OFFLINE_DIR / name, target / name)
+    changed = 0
+    for page in site.rglob("*.html"):
+        text = page.read_text(encoding="utf-8")
+        if OFFLINE_MARK in text:
+            continue
+        up = "../" * (len(page.relative_to(site).parts) - 1)
+        tags = (f'{OFFLINE_MARK}<link rel="stylesheet" href="{up}static/dataflow/offline.css">'
+                f'<script src="{up}static/dataflow/offline.js"></script>')
+        anchor = text.rfind('bootstrap-datepicker.min.js"></script>')
+        if anchor >= 0:
+            at = anchor + len('bootstrap-datepicker.min.js"></script>')
+        else:
+            at = text.find("</head>")
+            if at < 0:
+                continue
+        page.write_text(text[:at] + tags + text[at:], encoding="utf-8")
+        changed += 1
+    return changed
+
+
 @contextlib.contextmanager
 def docs_lock(root: str | os.PathLike[str]) -> Iterator[None]:
     """An exclusive lock on the GE project at `root` (tasks of parallel runs share it)."""

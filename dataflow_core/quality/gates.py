@@ -16,9 +16,10 @@ which expectations failed on how many rows.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Iterable, Mapping, Sequence
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.quality.docs import data_docs_root
@@ -38,6 +39,7 @@ MAX_DUPLICATE_SHARE_ENV = "DATAFLOW_GATE_MAX_DUPLICATE_SHARE"
 DEFAULT_MAX_BAD_SHARE = 0.02  # a rule broken by more than 2 % of the range's rows fails the gate
 DEFAULT_MAX_DUPLICATE_SHARE = 0.05
 REASON = "quarantine_reason"
+_log = logging.getLogger("dataflow")
 
 
 class GateFailed(DataflowError):
@@ -57,14 +59,17 @@ class GateOutcome:
     quarantined: int  # rows copied to the quarantine table by this gate
     quarantine_table: str | None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    problem: str | None = None  # a failure beyond the suite's (e.g. nothing checked)
 
     @property
     def success(self) -> bool:
-        return self.report.success
+        return self.report.success and self.problem is None
 
     def summary(self) -> str:
         verdict = "passed" if self.success else "FAILED"
         text = f"{self.gate} gate on {self.table} {verdict}: {self.rows:,} rows; "
+        if self.problem:
+            text += self.problem + "; "
         text += self.report.summary()
         if self.quarantined:
             text += f"; {self.quarantined:,} rows quarantined in {self.quarantine_table}"
@@ -72,6 +77,8 @@ class GateOutcome:
 
     def lines(self) -> list[str]:
         out = [f"{self.gate} gate on {self.table}: {self.rows:,} rows checked"]
+        if self.problem:
+            out.append(f"  FAILED: {self.problem}")
         out += ["  " + line for line in self.report.lines()]
         out += ["  " + note for note in self.notes]
         if self.quarantine_table:
@@ -210,7 +217,7 @@ def gate_input(
     from pyspark.sql import functions as F
 
     from dataflow_core.quality.split import failed_rules
-    from dataflow_core.spark.input.rows import write_quarantine
+    from dataflow_core.spark.sinks.quarantine import write_quarantine
 
     spec = _spec(pipeline)
     rules = input_rules(spec)
@@ -456,21 +463,38 @@ def gate_outputs(
     run_ids: Iterable[str] | None,
     run_id: str,
     docs_dir: str | os.PathLike[str] | None = None,
-    say=print,
+    say=None,
+    written: "Mapping[str, int] | None" = None,
 ) -> list[GateOutcome]:
     """The pane gate of every stage, and the results gate of every stage with a results
     table, for the windows the runs `run_ids` touched. Stages without a pane log yet (the
-    runs emitted nothing there) are reported and skipped."""
+    runs emitted nothing there) are reported and skipped.
+
+    `written`: how many panes and retractions the runs wrote per stage output. A stage that
+    the runs wrote to but whose gate checked no pane fails (a gate over nothing is no gate:
+    the run ids do not match the pane log's, or the panes are not where they should be)."""
     from dataflow_core.spark.platform.tables import table_exists
 
+    say = say or _log.info
     spec = _spec(pipeline)
     ids = None if run_ids is None else list(run_ids)
+    wrote = dict(written or {})
     outcomes: list[GateOutcome] = []
     for stage in spec.stages:
+        expected = int(wrote.get(stage.output, 0) or 0)
         if not table_exists(spark, f"{stage.output}_panes"):
+            if expected:
+                outcomes.append(_nothing_checked(stage, ids, expected, "its pane log does not exist"))
+                say(outcomes[-1].summary())
+                continue
             say(f"stage {stage.output}: no pane log ({stage.output}_panes) yet, nothing to check")
             continue
-        outcomes.append(gate_panes(spark, stage, ids, run_id, spec.name, docs_dir))
+        outcome = gate_panes(spark, stage, ids, run_id, spec.name, docs_dir)
+        if expected and outcome.rows == 0:
+            outcome = replace(outcome, problem=(
+                f"0 panes checked although run(s) {', '.join(sorted(set(ids or []))) or '-'} wrote {expected:,} "
+                f"panes and retractions to {stage.output}_panes: the gate's run ids do not match the pane log's"))
+        outcomes.append(outcome)
         for line in outcomes[-1].lines():
             say(line)
         if stage.keeps_results and table_exists(spark, stage.output):
@@ -478,3 +502,12 @@ def gate_outputs(
             for line in outcomes[-1].lines():
                 say(line)
     return outcomes
+
+
+def _nothing_checked(stage: "StageSpec", ids, expected: int, why: str) -> GateOutcome:
+    from dataflow_core.quality.validate import ValidationReport
+
+    empty = ValidationReport(suite=f"{stage.output}_panes", success=True, outcomes=())
+    return GateOutcome("panes", f"{stage.output}_panes", empty, 0, 0, None,
+                       problem=f"0 panes checked although run(s) {', '.join(sorted(set(ids or []))) or '-'} "
+                               f"wrote {expected:,} panes and retractions: {why}")

@@ -4,9 +4,13 @@
 over a small generated sample in a throwaway home and warehouse; the browser logs in with the
 generated admin password, fills in and submits the `dataflow_backfill` trigger form (after
 seeing it refuse a bad value), and watches the run's grid until the mapped day tasks and the
-gates have finished. The Delta output is then read with Spark SQL. Screenshots of the form
-and of the finished grid are kept in `$DATAFLOW_TEST_ARTIFACTS` (default
-`test-artifacts/browser/`).
+gates have finished; it reads `summary`'s log (the ledger, logged as it happens, outside the
+collapsed "Post Execute" group) and opens the pane explorer (Browse -> Pane explorer) on a key,
+whose diagram must draw exactly the panes and retractions of the pane log it lists. The Delta
+output is then read with Spark SQL. Last, `make airflow-stop` is run while a task and its Spark
+JVM are running, and no process of that Airflow may be left. Screenshots (the form's refusal,
+the form, the grid, the mapped days, the summary log, the explorer) are kept in
+`$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
 
 Needs Debian's `chromium` (`/usr/bin/chromium`; `.ci/run` installs it) and the `playwright`
 package; Playwright never downloads a browser here.
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -75,10 +80,43 @@ def airflow_ui(tmp_path_factory):
     finally:
         stopped = subprocess.run([str(script), "stop"], env=env, capture_output=True, text=True, timeout=120)
         print(stopped.stdout, stopped.stderr)
+        _kill_leftovers(home / "airflow")
         log = home / "airflow" / "standalone.log"
         if log.exists():
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             shutil.copy(log, ARTIFACTS / "standalone.log")
+
+
+def _processes_of(airflow_home: Path) -> dict[int, str]:
+    """pid -> command line of every live process carrying this Airflow's marker
+    (`DATAFLOW_AIRFLOW_INSTANCE`, which scripts/airflow-standalone.sh gives everything it starts)."""
+    marker = f"DATAFLOW_AIRFLOW_INSTANCE={airflow_home}".encode()
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                if f.read().rsplit(b")", 1)[1].split()[0] == b"Z":
+                    continue
+            with open(f"/proc/{name}/environ", "rb") as f:
+                if marker in f.read().split(b"\0"):
+                    with open(f"/proc/{name}/cmdline", "rb") as c:
+                        found[int(name)] = c.read().replace(b"\0", b" ").decode(errors="replace")[:200]
+        except OSError:
+            continue
+    return found
+
+
+def _kill_leftovers(airflow_home: Path) -> None:
+    """Whatever a failed test left behind (the stop test asserts there is nothing)."""
+    import signal
+
+    for pid in _processes_of(airflow_home):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def _api(ui, method: str, path: str, body=None, token=None):
@@ -101,6 +139,10 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     def runs() -> list[dict]:
         return _api(airflow_ui, "GET", "/api/v2/dags/dataflow_backfill/dagRuns", token=token)["dag_runs"]
 
+    state = None
+    offline_rows = 0
+    summary_text = ""
+    explorer: dict = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
@@ -133,6 +175,13 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
             page.screenshot(path=str(ARTIFACTS / "01-form-refuses-bad-interval.png"), full_page=True)
             assert runs() == [], "a run was created from a form with batch interval '0m'"
             assert page.get_by_role("dialog").count(), "the form closed although its value was refused"
+            # Where the reason shows (the README says so): in the dialog, above the fields,
+            # as the schema's words; the toast by the button says only "Bad Request".
+            reason = page.get_by_role("dialog").get_by_text(re.compile(r"'0m' does not match")).first
+            reason.wait_for(state="visible", timeout=10000)
+            field_box = form.locator("#element_batch_interval").bounding_box()
+            reason_box = reason.bounding_box()
+            assert reason_box and field_box and reason_box["y"] < field_box["y"], (reason_box, field_box)
 
             form.locator("#element_batch_interval").fill("1m")
             # The error toast lies over the form's button until it fades (hovering pauses it).
@@ -161,10 +210,42 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
                       + "/tasks/backfill_day/mapped", wait_until="networkidle")
             page.wait_for_timeout(2000)
             page.screenshot(path=str(ARTIFACTS / "04-mapped-day-tasks.png"), full_page=True)
+
+            # summary's log: the ledger is there as soon as the page opens.
+            page.goto(url + "/dags/dataflow_backfill/runs/" + urllib.request.quote(run_id, safe="")
+                      + "/tasks/summary", wait_until="networkidle")
+            ledger_line = page.get_by_text(re.compile(r"read = accepted \+ duplicates \+ quarantined")).first
+            ledger_line.wait_for(state="visible", timeout=60000)
+            ledger_line.scroll_into_view_if_needed()
+            page.screenshot(path=str(ARTIFACTS / "05-summary-log.png"), full_page=True)
+            summary_text = page.inner_text("body")
+
+            explorer = _explore_panes(page, url, airflow_ui["warehouse"])
+            offline_rows = _data_docs_offline(browser, airflow_ui["warehouse"])
         finally:
             browser.close()
 
     assert state == "success", f"run {run_id} ended {state}; see {ARTIFACTS}"
+    assert offline_rows >= 3, "Data Docs' index lists no validation without internet"  # input, panes, results
+    assert summary_text and "read = accepted + duplicates + quarantined" in summary_text, summary_text[-2000:]
+    assert explorer["diagram_panes"] == explorer["table_panes"] > 0, explorer
+    assert explorer["diagram_retractions"] == explorer["table_retractions"], explorer
+    assert explorer["table_panes"] + explorer["table_retractions"] == explorer["fast_reader_rows"], explorer
+
+    # The task logs, as the UI gets them: summary's ledger is logged before "Post Execute";
+    # the JVM's warnings are warnings, not errors; summary returns a small value.
+    quoted = urllib.request.quote(run_id, safe="")
+    events = _log_events(airflow_ui, token, "dataflow_backfill", quoted, "summary")
+    texts = [e.get("event", "") for e in events]
+    ledger_at = next(i for i, t in enumerate(texts) if "read = accepted + duplicates + quarantined" in t)
+    post = [i for i, t in enumerate(texts) if "Post Execute" in t]
+    assert post and ledger_at < post[0], texts
+    returned = [t for t in texts if "Returned value was" in t]
+    assert returned and len(returned[0]) < 400 and "'ledger_ok': True" in returned[0], returned
+    day_log = _log_events(airflow_ui, token, "dataflow_backfill", quoted, "backfill_day", map_index=0)
+    jvm = [e for e in day_log if re.search(r"\b(WARN|WARNING)\b", e.get("event", ""))]
+    assert jvm and all(e.get("level") == "warning" for e in jvm), [(e.get("level"), e.get("event")) for e in jvm][:5]
+    assert any("backfill billing [2024-05-01, 2024-05-02) batch" in e.get("event", "") for e in day_log)
     instances = _api(airflow_ui, "GET", f"/api/v2/dags/dataflow_backfill/dagRuns/{urllib.request.quote(run_id, safe='')}"
                      "/taskInstances", token=token)["task_instances"]
     days = sorted((t["map_index"], t["state"], t.get("rendered_map_index")) for t in instances
@@ -194,3 +275,90 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     assert docs.is_file() and "billing_panes" in docs.read_text()
     for name in ("02-backfill-form.png", "03-finished-run-grid.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000
+
+
+def _log_events(ui, token: str, dag_id: str, run: str, task_id: str, map_index: int = -1) -> list[dict]:
+    """A task's log as structured events (the api-server's JSON: event, level, logger, ...)."""
+    request = urllib.request.Request(
+        f"{ui['url']}/api/v2/dags/{dag_id}/dagRuns/{run}/taskInstances/{task_id}/logs/1?map_index={map_index}",
+        headers={"Accept": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        content = json.loads(response.read())["content"]
+    return [e if isinstance(e, dict) else {"event": str(e)} for e in content]
+
+
+def _explore_panes(page, url: str, warehouse: Path) -> dict:
+    """Browse -> Pane explorer: billing, the busiest key; what the diagram draws and what the
+    pane log table lists, and what the fast reader finds in the table for that key and range."""
+    from dataflow_core.query import query
+
+    page.goto(url + "/plugin/pane-explorer", wait_until="networkidle")
+    frame = page.frame_locator("iframe").first
+    frame.locator("#pipeline").select_option("billing")
+    first_key = frame.locator("#key-list a").first
+    first_key.wait_for(state="visible", timeout=60000)
+    key = first_key.inner_text().strip()
+    search = frame.locator("#key")
+    search.fill(key[:4])  # the search box lists matching keys as one types
+    page.wait_for_timeout(1000)
+    search.fill(key)
+    frame.locator("#show").click()
+    diagram = frame.locator("#diagram")
+    diagram.wait_for(state="visible", timeout=60000)
+    page.wait_for_timeout(1000)
+    page.screenshot(path=str(ARTIFACTS / "06-pane-explorer.png"), full_page=True)
+    diagram.screenshot(path=str(ARTIFACTS / "07-pane-explorer-diagram.png"))
+    lo, hi = frame.locator("#event_from").input_value(), frame.locator("#event_to").input_value()
+    bands = diagram.locator("svg g[id^='pane-']").evaluate_all(
+        "els => els.filter(e => /^pane-[0-9]+$/.test(e.id)).length")
+    rows = query(
+        f"SELECT count(*) AS n FROM billing_panes WHERE ad_id = '{key}' AND window_end > TIMESTAMP '{lo}' "
+        f"AND window_start < TIMESTAMP '{hi}'", str(warehouse)).table.to_pylist()[0]["n"]
+    return {
+        "key": key, "range": (lo, hi),
+        "diagram_panes": bands,
+        "diagram_retractions": diagram.locator("svg g[id^='retraction-']").count(),
+        "table_panes": frame.locator("#pane-log tr.pane").count(),
+        "table_retractions": frame.locator("#pane-log tr.retraction").count(),
+        "data_panes": int(diagram.get_attribute("data-panes")),
+        "fast_reader_rows": rows,
+    }
+
+
+def _data_docs_offline(browser, warehouse: Path) -> int:
+    """The Data Docs index with every http(s) request refused (no internet): rows of its
+    validation results table."""
+    docs = warehouse / "_data_docs" / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.route(re.compile(r"^https?://"), lambda route: route.abort())
+        page.goto(docs.as_uri(), wait_until="load")
+        page.wait_for_timeout(1000)
+        page.screenshot(path=str(ARTIFACTS / "08-data-docs-offline.png"), full_page=True)
+        return page.locator("table.ge-index-page-validation-results-table tbody tr").count()
+    finally:
+        page.close()
+
+
+def test_airflow_stop_ends_every_process_it_started_even_a_running_task(airflow_ui):
+    """`make airflow-stop` while a backfill day runs (a task supervisor, its task process and
+    their Spark JVM): afterwards no process of that Airflow is left."""
+    token = _api(airflow_ui, "POST", "/auth/token",
+                 {"username": "admin", "password": airflow_ui["password"]})["access_token"]
+    _api(airflow_ui, "POST", "/api/v2/dags/dataflow_backfill/dagRuns", token=token,
+         body={"logical_date": None, "conf": {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02",
+                                               "mode": "replay"}})
+    home = airflow_ui["home"] / "airflow"
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while not any("java" in cmd.split(" ", 1)[0] for cmd in _processes_of(home).values()):
+        assert time.monotonic() < deadline, "no Spark JVM of the triggered run ever started"
+        time.sleep(2)
+    before = _processes_of(home)
+    stopped = subprocess.run([str(ROOT / "scripts" / "airflow-standalone.sh"), "stop"], env=airflow_ui["env"],
+                             capture_output=True, text=True, timeout=120)
+    print(stopped.stdout, stopped.stderr)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped: no process of this Airflow is left" in stopped.stdout
+    assert re.search(r"stopping airflow standalone: \d+ processes", stopped.stdout)
+    assert _processes_of(home) == {}, f"left behind (of {len(before)}): {_processes_of(home)}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from test_dags import (  # same folder: pytest puts it on sys.path
-    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, _airflow_env, _dag_run_state, _run,
+    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run,
 )
 
 pytestmark = pytest.mark.integration
@@ -146,7 +146,7 @@ def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(airflow_h
                        DATAFLOW_WAREHOUSE=str(bad))
     out = result.stdout
     assert _dag_run_state(out) == "failed"
-    failed = next(line for line in out.splitlines() if line.startswith("FAILED: input gate on video_events FAILED"))
+    failed = next(line for line in out.splitlines() if "FAILED: input gate on video_events FAILED" in line)
     assert re.search(r"user_id_not_null \(\d+ of \d+ rows\)", failed)
     assert re.search(r"[\d,]+ rows quarantined in video_events_quarantine", failed)
     quarantine = DeltaTable(str(bad / "video_events_quarantine")).to_pyarrow_table().to_pylist()
@@ -180,12 +180,6 @@ def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path
     assert DeltaTable(str(sample_wh / "billing")).to_pyarrow_table().num_rows == before
 
 
-def test_microbatch_dag(airflow_home, sample_wh, tmp_path):
-    result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__billing", DATAFLOW_WAREHOUSE=str(sample_wh))
-    assert _dag_run_state(result.stdout) == "success"
-    assert "micro-batch " in result.stdout and "suite billing_panes: PASSED" in result.stdout
-
-
 DAG_PROBE = """
 import json
 from airflow.dag_processing.dagbag import DagBag
@@ -214,3 +208,104 @@ def test_schedules_and_shapes(tmp_path):
     assert dags["dataflow_microbatch__billing"]["schedule"] == "*/5 * * * *"
     assert dags["dataflow_microbatch__ad_sessions"]["schedule"] == "*/15 * * * *"
     assert dags["dataflow_maintenance"]["tasks"] == ["maintain__ad_sessions", "maintain__billing"]
+
+
+BROKEN_PIPELINE = '''
+"""A pipeline whose combiner calls itself a count but emits negative values: every pane it
+writes breaks the pane gate's value_possible rule."""
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.combiners import CountFn
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import parse_duration
+from dataflow_core.model.triggers import AfterWatermark
+from dataflow_core.model.watermarks import HeuristicWatermark
+from dataflow_core.model.windows import FixedWindows
+from dataflow_core.pipelines import PipelineSpec, StageSpec, register
+
+
+class NegativeCount(CountFn):
+    name = "count"
+
+    def extract_output(self, acc):
+        return -acc
+
+
+register(PipelineSpec(
+    name="broken_counts", description="views per ad and hour, negated (a broken combiner)",
+    input_table="video_events", where="ad_id IS NOT NULL", key={"ad_id": "ad_id"}, value="1",
+    watermark=lambda: HeuristicWatermark(bound=parse_duration("2m")),
+    stages=(StageSpec(output="broken_counts", key_columns=("ad_id",), value_type="bigint",
+                      strategy=WindowingStrategy(window_fn=FixedWindows(parse_duration("1h")), trigger=AfterWatermark(),
+                                                 accumulation=AccumulationMode.DISCARDING,
+                                                 allowed_lateness=parse_duration("1h"), combiner=NegativeCount())),),
+))
+'''
+
+
+@pytest.fixture(scope="module")
+def live_wh(spark, tmp_path_factory) -> Path:
+    """A warehouse of its own for micro-batches (no backfill has written its pane logs)."""
+    path = tmp_path_factory.mktemp("live_warehouse")
+    _sample(spark, path, rows=800)
+    return path
+
+
+def test_microbatch_dag_gates_the_panes_the_batch_wrote(airflow_home, live_wh, tmp_path):
+    from dataflow_core.query import query
+
+    result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__ad_sessions", DATAFLOW_WAREHOUSE=str(live_wh))
+    out = result.stdout
+    assert _dag_run_state(out) == "success"
+    assert "batches written: batch-0" in out
+    # Both stages' gates checked the panes the batch wrote (run id batch-N), not 0 rows.
+    for table in ("ad_sessions_panes", "ad_short_sessions_panes"):
+        written = query(f"SELECT run_id, count(*) AS n FROM {table} GROUP BY run_id", str(live_wh)).table.to_pylist()
+        assert len(written) == 1 and written[0]["run_id"] == "batch-0" and written[0]["n"] > 0
+        checked = re.search(rf"panes gate on {table}: ([\d,]+) rows checked", out)
+        assert checked and int(checked.group(1).replace(",", "")) == written[0]["n"]
+        assert f"suite {table}: PASSED" in out
+
+
+def test_a_micro_batch_that_writes_a_broken_pane_fails_its_gate(airflow_home, live_wh, tmp_path):
+    from dataflow_core.query import query
+
+    (tmp_path / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
+    result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__broken_counts", expect_success=False,
+                       DATAFLOW_WAREHOUSE=str(live_wh), DATAFLOW_PIPELINES="broken_pipeline",
+                       PYTHONPATH=f"{tmp_path}:{ROOT}")
+    out = result.stdout
+    assert _dag_run_state(out) == "failed"
+    failed = [line for line in out.splitlines() if "FAILED: panes gate on broken_counts_panes FAILED" in line]
+    assert failed and re.search(r"value_possible \(\d+ of \d+ rows\)", failed[0]), out[-3000:]
+    panes = query("SELECT count(*) AS n FROM broken_counts_panes", str(live_wh)).table.to_pylist()[0]["n"]
+    quarantined = query("SELECT count(*) AS n, min(quarantine_reason) AS r FROM broken_counts_panes_quarantine",
+                        str(live_wh)).table.to_pylist()[0]
+    assert panes > 0 and quarantined["n"] == panes and "value_possible" in quarantined["r"]
+
+
+def test_a_gate_over_a_run_that_wrote_panes_but_checked_none_fails(spark, live_wh):
+    """The old micro-batch bug: the gate filtered on a run id the pane log does not use."""
+    from dataflow_core.quality.gates import gate_outputs
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+
+    spark.conf.set(WAREHOUSE_CONF, str(live_wh))
+    outcomes = gate_outputs(spark, "ad_sessions", ["ad_sessions-batch-0"], "test", docs_dir=live_wh.parent / "docs",
+                            written={"ad_sessions": 59})
+    panes = outcomes[0]
+    assert panes.table == "ad_sessions_panes" and not panes.success and panes.rows == 0
+    assert ("0 panes checked although run(s) ad_sessions-batch-0 wrote 59 panes and retractions to "
+            "ad_sessions_panes: the gate's run ids do not match the pane log's") in panes.summary()
+
+
+def test_jvm_lines_are_logged_at_their_own_level():
+    import logging
+
+    from dataflow_core.airflow.tasks import jvm_line_level
+
+    assert jvm_line_level("WARNING: Using incubator modules: jdk.incubator.vector")[0] == logging.WARNING
+    assert jvm_line_level("26/11/24 09:36:23 WARN MapPartitionsRDD: RDD 316 was locally checkpointed")[0] == logging.WARNING
+    assert jvm_line_level("26/11/24 09:57:57 ERROR Executor: Exception in task 0.0")[0] == logging.ERROR
+    assert jvm_line_level("26/11/24 09:57:57 INFO SparkContext: Running Spark")[0] == logging.INFO
+    # A stack trace's continuation keeps the level of its first line.
+    assert jvm_line_level("  at org.apache.spark.Foo(Foo.scala:1)", logging.ERROR)[0] == logging.ERROR
+    assert jvm_line_level("Setting default log level to \"WARN\".")[0] == logging.INFO

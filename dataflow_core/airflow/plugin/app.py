@@ -1,0 +1,217 @@
+"""The pane explorer, a FastAPI app that Airflow's api-server mounts at `/dataflow-explorer`
+(see `airflow_plugin.py`); the Airflow UI shows it under Browse -> "Pane explorer".
+
+Pick a pipeline, a stage and a key (the search box lists matching keys, busiest first) and an
+event-time range: the page shows the key's pane diagram (elements, watermark, every pane and
+retraction, drawn as `dataflow diagram --pipeline --key` draws it), its results rows and its
+pane log. Everything is read from the Delta tables through the fast reader (no Spark).
+
+Only users logged in to Airflow see it: the request must carry Airflow's session cookie (or
+a bearer token) that Airflow's auth manager accepts.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import os
+from typing import Any, Sequence
+from urllib.parse import urlencode
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+
+from dataflow_core.errors import DataflowError
+
+URL_PREFIX = "/dataflow-explorer"
+
+app = FastAPI(title="Dataflow pane explorer", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+async def _login_problem(request: Request) -> str | None:
+    """None when the caller is logged in to Airflow; else why not. Outside Airflow (no auth
+    manager) the check is skipped."""
+    if os.environ.get("DATAFLOW_EXPLORER_AUTH", "airflow") == "none":
+        return None
+    try:
+        from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
+        from airflow.api_fastapi.core_api.security import resolve_user_from_token
+    except ImportError:
+        return None
+    header = request.headers.get("authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
+    try:
+        await resolve_user_from_token(token)
+    except Exception as exc:  # noqa: BLE001 - HTTPException or an auth manager's own error
+        return str(getattr(exc, "detail", exc)) or "not logged in"
+    return None
+
+
+def _warehouse() -> str | None:
+    return os.environ.get("DATAFLOW_WAREHOUSE") or None
+
+
+@app.get("/keys")
+async def keys(request: Request, pipeline: str, stage: str | None = None, q: str = "") -> Response:
+    problem = await _login_problem(request)
+    if problem:
+        return JSONResponse({"error": problem}, status_code=401)
+    from dataflow_core.airflow.plugin.explorer import search_keys
+    from dataflow_core.pipelines import get
+
+    try:
+        return JSONResponse({"keys": search_keys(get(pipeline), stage or None, q, _warehouse())})
+    except DataflowError as exc:
+        return JSONResponse({"error": str(exc)}, status_code=400)
+
+
+@app.get("/", response_class=HTMLResponse)
+async def page(request: Request, pipeline: str | None = None, stage: str | None = None, key: str = "",
+               event_from: str = "", event_to: str = "") -> Response:
+    problem = await _login_problem(request)
+    if problem:
+        return HTMLResponse(_document("Pane explorer", f'<p class="error" id="error">Log in to Airflow first '
+                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
+                            status_code=401)
+    import starlette.concurrency
+
+    # Reading and drawing are blocking work: keep them off the api-server's event loop.
+    body = await starlette.concurrency.run_in_threadpool(
+        render_page, pipeline, stage, key, event_from, event_to, _warehouse())
+    return HTMLResponse(body)
+
+
+def render_page(pipeline: str | None, stage: str | None, key: str, event_from: str, event_to: str,
+                warehouse: str | None) -> str:
+    from dataflow_core.airflow.plugin.explorer import key_view, pipelines, search_keys, stage_names
+
+    specs = pipelines()
+    if not specs:
+        return _document("Pane explorer", '<p class="error" id="error">No pipelines are registered.</p>')
+    pipeline = pipeline if pipeline in specs else next(iter(specs))
+    spec = specs[pipeline]
+    stages = stage_names(spec)
+    stage = stage if stage in stages else stages[0]
+    error = ""
+    view = None
+    suggestions: list[dict[str, Any]] = []
+    try:
+        suggestions = search_keys(spec, stage, "", warehouse)
+        if key:
+            view = key_view(pipeline, stage, key, event_from or None, event_to or None, warehouse)
+    except DataflowError as exc:
+        error = str(exc)
+    form = _form(list(specs), pipeline, stages, stage, key, view, event_from, event_to, suggestions)
+    parts = [form]
+    if error:
+        parts.append(f'<p class="error" id="error">{html.escape(error)}</p>')
+    if view is None and not error:
+        parts.append(_key_list(pipeline, stage, suggestions))
+    if view is not None:
+        c = view.counts
+        parts.append(
+            f'<h2>Key {html.escape(view.key)} <small>{view.range_text[0]} to {view.range_text[1]}</small></h2>'
+            f'<p id="counts">{c["elements"]} elements, {c["panes"]} panes, {c["retractions"]} retractions</p>'
+            f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
+            f'data-elements="{c["elements"]}">{view.svg}</div>'
+            f'<h3>Results ({len(view.results)} rows, table {html.escape(view.stage)})</h3>'
+            + _table("results", view.results)
+            + f'<h3>Pane log ({len(view.panes)} rows, table {html.escape(view.stage)}_panes)</h3>'
+            + _table("pane-log", view.panes, row_class=lambda r: "retraction" if r.get("is_retraction") else "pane")
+        )
+    return _document("Pane explorer", "\n".join(parts))
+
+
+def _form(names: Sequence[str], pipeline: str, stages: Sequence[str], stage: str, key: str, view: Any,
+          event_from: str, event_to: str, suggestions: list[dict[str, Any]]) -> str:
+    def options(values: Sequence[str], chosen: str) -> str:
+        return "".join(f'<option value="{html.escape(v)}"{" selected" if v == chosen else ""}>{html.escape(v)}</option>'
+                       for v in values)
+
+    shown_from = event_from or (view.range_text[0] if view else "")
+    shown_to = event_to or (view.range_text[1] if view else "")
+    datalist = "".join(f'<option value="{html.escape(str(s["key"]))}">' for s in suggestions)
+    return f"""
+<form id="explorer" method="get" action="">
+  <label>Pipeline <select name="pipeline" id="pipeline" onchange="this.form.key.value='';this.form.submit()">{options(names, pipeline)}</select></label>
+  <label>Stage <select name="stage" id="stage" onchange="this.form.key.value='';this.form.submit()">{options(stages, stage)}</select></label>
+  <label>Key <input name="key" id="key" list="keys" value="{html.escape(key)}" placeholder="search keys" autocomplete="off"></label>
+  <datalist id="keys">{datalist}</datalist>
+  <label>From <input name="event_from" id="event_from" value="{html.escape(shown_from)}" placeholder="2024-05-01T00:00:00Z" size="24"></label>
+  <label>To <input name="event_to" id="event_to" value="{html.escape(shown_to)}" placeholder="empty: up to 12 h of the key's windows" size="24"></label>
+  <button type="submit" id="show">Show</button>
+  <span class="hint">event time, UTC, ISO-8601; empty: the key's windows</span>
+</form>
+<script>
+const input = document.getElementById('key');
+let timer = null;
+input.addEventListener('input', () => {{
+  clearTimeout(timer);
+  timer = setTimeout(async () => {{
+    const params = new URLSearchParams({{pipeline: document.getElementById('pipeline').value,
+                                        stage: document.getElementById('stage').value, q: input.value}});
+    const response = await fetch('keys?' + params);
+    if (!response.ok) return;
+    const data = await response.json();
+    const list = document.getElementById('keys');
+    list.innerHTML = '';
+    for (const k of data.keys) {{ const o = document.createElement('option'); o.value = k.key;
+      o.label = k.panes + ' panes'; list.appendChild(o); }}
+  }}, 200);
+}});
+</script>"""
+
+
+def _key_list(pipeline: str, stage: str, suggestions: list[dict[str, Any]]) -> str:
+    if not suggestions:
+        return '<p id="no-keys">No panes yet for this stage: run a backfill or a micro-batch first.</p>'
+    items = "".join(
+        f'<li><a href="?{html.escape(urlencode({"pipeline": pipeline, "stage": stage, "key": s["key"]}))}">'
+        f'{html.escape(str(s["key"]))}</a> <small>{s["panes"]} panes, {s["retractions"]} retractions</small></li>'
+        for s in suggestions)
+    return f'<h3>Busiest keys</h3><ul id="key-list">{items}</ul>'
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return '<span class="null">NULL</span>'
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is not None:
+            value = value.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return html.escape(value.isoformat(sep=" "))
+    if hasattr(value, "to_pydatetime"):  # pandas Timestamp
+        return _cell(value.to_pydatetime())
+    if isinstance(value, float) and value != value:
+        return '<span class="null">NULL</span>'
+    return html.escape(str(value))
+
+
+def _table(table_id: str, rows: list[dict[str, Any]], row_class=None) -> str:
+    if not rows:
+        return f'<table id="{table_id}"><tr><td>no rows</td></tr></table>'
+    columns = list(rows[0])
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        f'<tr class="{row_class(r) if row_class else "row"}">' + "".join(f"<td>{_cell(r[c])}</td>" for c in columns)
+        + "</tr>" for r in rows)
+    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def _document(title: str, body: str) -> str:
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: system-ui, sans-serif; margin: 16px; color: #222; }}
+form label {{ margin-right: 12px; }}
+input, select, button {{ font-size: 14px; padding: 3px 6px; }}
+.hint {{ color: #666; font-size: 12px; }}
+.error {{ color: #b00020; font-weight: 600; }}
+#diagram svg {{ max-width: 100%; height: auto; border: 1px solid #ddd; }}
+table {{ border-collapse: collapse; font-size: 13px; margin-bottom: 16px; }}
+th, td {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; white-space: nowrap; }}
+tr.retraction td {{ color: #555; font-style: italic; }}
+.null {{ color: #999; }}
+</style></head>
+<body><h1>Pane explorer</h1>
+{body}
+</body></html>"""
