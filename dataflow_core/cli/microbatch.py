@@ -57,7 +57,10 @@ def run(args: argparse.Namespace) -> int:
             result = run_microbatch(spark, args.pipeline, now=args.now, progress=say)
         except PipelineBusy as exc:
             print(f"dataflow microbatch: {exc}", flush=True)
-            return BUSY_EXIT
+            if every is None:
+                return BUSY_EXIT
+            time.sleep(every)  # --loop: another run holds the pipeline now; try again next time
+            continue
         ledger = Ledger(**{k: v for k, v in result.ledger.items() if k != "balanced"})
         for line in ledger.lines():
             print(line, flush=True)

@@ -72,6 +72,14 @@ class WindowFn(ABC):
     def is_merging(self) -> bool:
         return False
 
+    @property
+    def reach(self) -> Duration | None:
+        """How far after an element's time the windows it is assigned to (before merging) can
+        end; None when unbounded or unknown. An element whose assigned windows all ended
+        more than the allowed lateness before the watermark is dropped as too late, so a
+        runner may forget what it needs to recognise its duplicates after that."""
+        return None
+
     def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:
         """Groups of a key's windows to merge, each as (result, parts). Default: none."""
         return []
@@ -109,6 +117,10 @@ class FixedWindows(WindowFn):
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
         return (self.window_for(ctx.timestamp),)
 
+    @property
+    def reach(self) -> Duration:
+        return self.size
+
     def describe(self) -> str:
         extra = f", offset={format_duration(self.offset)}" if self.offset else ""
         return f"FixedWindows({format_duration(self.size)}{extra})"
@@ -132,6 +144,10 @@ class SlidingWindows(WindowFn):
             start -= self.period
         return tuple(reversed(windows))
 
+    @property
+    def reach(self) -> Duration:
+        return self.size
+
     def describe(self) -> str:
         extra = f", offset={format_duration(self.offset)}" if self.offset else ""
         return f"SlidingWindows({format_duration(self.size)}, {format_duration(self.period)}{extra})"
@@ -149,6 +165,10 @@ class Sessions(WindowFn):
 
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
         return (IntervalWindow(ctx.timestamp, ctx.timestamp + self.gap),)
+
+    @property
+    def reach(self) -> Duration:
+        return self.gap
 
     def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:
         return merge_overlapping(windows)

@@ -19,6 +19,15 @@ def register(spec: PipelineSpec) -> PipelineSpec:
     existing = _REGISTRY.get(spec.name)
     if existing is not None and existing is not spec and existing != spec:
         raise DataflowError(f"two pipelines are named {spec.name!r}; pipeline names must be unique")
+    for other in _REGISTRY.values():
+        if other.name == spec.name:
+            continue
+        shared = {s.output for s in other.stages} & {s.output for s in spec.stages}
+        if shared:
+            raise DataflowError(
+                f"pipeline {spec.name!r}: stage output {sorted(shared)[0]!r} is already pipeline {other.name!r}'s; "
+                "two pipelines would write the same tables (name the stage's output differently)"
+            )
     _REGISTRY[spec.name] = spec
     return spec
 

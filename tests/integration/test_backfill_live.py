@@ -15,7 +15,7 @@ from collections import Counter
 
 import pytest
 
-from dataflow_core.errors import PipelineBusy
+from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import history_breaks
 from dataflow_core.model.time import format_instant
@@ -92,6 +92,12 @@ def test_backfills_and_micro_batches_fence_each_other(spark, crash):
     assert _results(spark, spec.stages[0]) == _sums(rows)
     for window, history in _histories(spark, spec.stages[0]).items():
         assert history_breaks(history) == [], (window, history)
+
+
+def test_a_now_in_the_future_is_refused_before_any_work(spark):
+    spec = _billing(f"t_future_{next(_names)}", AccumulationMode.ACCUMULATING)
+    with pytest.raises(DataflowError, match=r"--now 2999-01-01T00:00:00.000Z is in the future"):
+        run_microbatch(spark, spec.name, now="2999-01-01")
 
 
 def _tables(spark, spec) -> dict[str, Counter]:

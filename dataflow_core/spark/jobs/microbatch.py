@@ -72,6 +72,9 @@ if TYPE_CHECKING:
 
 __all__ = ["BUSY_EXIT", "CRASH_ENV", "PipelineBusy", "run_microbatch"]
 
+FUTURE_TOLERANCE = 5 * 60 * 1000
+"""How far ahead of this machine's clock `--now` may be (clocks of machines differ)."""
+
 # --- the run ------------------------------------------------------------------------
 
 
@@ -87,7 +90,13 @@ def run_microbatch(
 
     spec = get(pipeline)
     say = progress or (lambda _m: None)
-    now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
+    clock = int(time.time() * 1000)
+    now_ms = parse_time(now, "--now") if now is not None else clock
+    if now_ms > clock + FUTURE_TOLERANCE:
+        raise DataflowError(
+            f"--now {format_instant(now_ms)} is in the future (the clock says {format_instant(clock)}); "
+            "processing time never moves back, so every later batch would have to wait for it"
+        )
     token = uuid.uuid4().hex
     done: list[tuple[BatchRecord, Ledger]] = []
     pending = records(spark, spec)

@@ -1,8 +1,10 @@
 """`<pipeline>__seen_ids`: the event ids micro-batches (and backfills that correct them)
 have counted, so a later delivery of the same event is a duplicate.
 
-Ids are kept for the first stage's allowed lateness plus a day (`SEEN_HORIZON`) of event
-time behind the watermark: a delivery later than that would be dropped as too late anyway.
+An id is kept until a delivery of its event would be dropped as too late anyway: until the
+watermark is past its event time plus the first stage's window reach (`WindowFn.reach`: the
+window size, or a session's gap) and allowed lateness, plus a day (`SEEN_HORIZON`) to spare.
+Ids of global windows, or windows of unknown reach, are kept (maintenance may not forget them).
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from dataflow_core.model.time import Instant, parse_duration
+from dataflow_core.model.time import END_OF_TIME, Instant, parse_duration
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows
@@ -27,19 +29,27 @@ def seen_table(spec: PipelineSpec) -> str:
     return f"{spec.name}__seen_ids"
 
 
+def horizon(spec: PipelineSpec, watermark: Instant) -> Instant | None:
+    """Ids of events before this time can be forgotten at `watermark` (None: keep all)."""
+    strategy = spec.stages[0].strategy
+    reach = strategy.window_fn.reach
+    if reach is None or watermark <= BEGINNING_OF_TIME or watermark >= END_OF_TIME:
+        return None
+    return watermark - strategy.allowed_lateness - reach - SEEN_HORIZON
+
+
 def remember_ids(
     spark, spec: PipelineSpec, els: "DataFrame", batch: int, txn: Txn, watermark: Instant | None = None,
 ) -> None:
-    """Event ids of `els` join the seen set. With `watermark`, ids further behind it than
-    the first stage's allowed lateness plus a day are forgotten (a delivery that late would
-    be dropped as too late anyway)."""
+    """Event ids of `els` join the seen set. With `watermark`, ids beyond the `horizon` are
+    forgotten (a delivery that late would be dropped as too late anyway)."""
     from pyspark.sql import functions as F
 
     rows = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
     name = seen_table(spec)
-    if watermark is not None and watermark > BEGINNING_OF_TIME and table_exists(spark, name):
-        horizon = watermark - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
-        expired = read_table(spark, name).where(F.col("event_ms") < F.lit(horizon)).select(
+    before = None if watermark is None else horizon(spec, watermark)
+    if before is not None and table_exists(spark, name):
+        expired = read_table(spark, name).where(F.col("event_ms") < F.lit(before)).select(
             "event_id", "event_ms", "batch", F.lit(True).alias("_delete"))
         rows = rows.unionByName(expired)
     merge_rows(spark, name, rows, ["event_id"], delete=True, update=False, txn=txn)
@@ -55,12 +65,11 @@ def expire_seen_ids(spark: "SparkSession", spec: PipelineSpec) -> int:
     finished = [r for r in records(spark, spec) if r["status"] == "finished"]
     if not table_exists(spark, name) or not finished:
         return 0
-    wm = json.loads(finished[0]["watermarks"]).get("input", BEGINNING_OF_TIME)
-    if wm <= BEGINNING_OF_TIME:
+    before = horizon(spec, json.loads(finished[0]["watermarks"]).get("input", BEGINNING_OF_TIME))
+    if before is None:
         return 0
-    horizon = wm - spec.stages[0].strategy.allowed_lateness - SEEN_HORIZON
     table = DeltaTable.forPath(spark, table_path(spark, name))
-    expired = table.toDF().where(F.col("event_ms") < F.lit(horizon)).count()
+    expired = table.toDF().where(F.col("event_ms") < F.lit(before)).count()
     if expired:
-        table.delete(F.col("event_ms") < F.lit(horizon))
+        table.delete(F.col("event_ms") < F.lit(before))
     return expired
