@@ -230,7 +230,7 @@ def test_airflow_env_script_points_airflow_at_the_project(tmp_path):
     probe = (
         "import json; from airflow.configuration import conf; print('CONF ' + json.dumps(["
         "conf.get('core', 'dags_folder'), conf.getboolean('core', 'load_examples'), "
-        "conf.get('database', 'sql_alchemy_conn')]))"
+        "conf.get('database', 'sql_alchemy_conn'), conf.get('core', 'plugins_folder')]))"
     )
     result = _run(
         "airflow-env.sh python", [str(script), sys.executable, "-c", probe], env,
@@ -238,5 +238,6 @@ def test_airflow_env_script_points_airflow_at_the_project(tmp_path):
     )
     line = next(line for line in result.stdout.splitlines() if line.startswith("CONF "))
     assert json.loads(line.removeprefix("CONF ")) == [
-        str(DAGS_FOLDER), False, f"sqlite:///{tmp_path}/airflow.db"
+        str(DAGS_FOLDER), False, f"sqlite:///{tmp_path}/airflow.db",
+        str(ROOT / "dataflow_core" / "airflow" / "plugin" / "folder"),  # the pane explorer
     ]
