@@ -14,7 +14,7 @@ from typing import Sequence
 from dataflow_core.errors import DataflowError
 
 # Subcommand modules, in the order `--help` lists them.
-SUBCOMMANDS = ("pipelines", "backfill", "microbatch", "replay", "diagram", "generate", "sql")
+SUBCOMMANDS = ("pipelines", "backfill", "microbatch", "reset", "replay", "diagram", "generate", "sql")
 
 
 def build_parser() -> argparse.ArgumentParser:

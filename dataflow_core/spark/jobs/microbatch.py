@@ -55,10 +55,10 @@ from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
-from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.platform.tables import table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, append_record, claim, committed_stream, fence, records, refuse_if_backfill_holds,
+    ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, committed_stream, fence, next_batch, records,
+    refuse_if_backfill_holds,
 )
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
@@ -106,7 +106,7 @@ def run_microbatch(
         done.append(_process(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"]))
     if not table_exists(spark, spec.input_table):
         raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
-    checkpoint = f"{warehouse_root(spark)}/_dataflow_checkpoints/{spec.name}"
+    checkpoint = checkpoint_path(spark, spec.name)
     failures: list[BaseException] = []
     started = threading.Event()
     stream: dict[str, Any] = {"batches": 0}
@@ -201,7 +201,7 @@ def _begin(
             raise DataflowError(
                 f"pipeline {spec.name!r}: its stream checkpoint was recreated (stream {stream_id}, but batch "
                 f"{done_batch} was read by stream {done_id}); it would read the input again from the start. "
-                "Restore the checkpoint, or start the pipeline afresh (its outputs, state and dataflow_batches rows)"
+                f"Restore the checkpoint, or start the pipeline's live runs afresh: `dataflow reset --pipeline {spec.name}`"
             )
         if done_stream is not None and stream_batch <= done_stream:
             return None  # input behind the committed state: already processed as batch <= done_batch
@@ -219,7 +219,7 @@ def _begin(
         return rec, last_finished
     if stream_batch is None and last_finished and now_ms == last_finished["now_ms"]:
         return None  # a tick at the same processing time fires nothing new
-    number = (last_finished["batch"] + 1) if last_finished else 0
+    number = next_batch(known)
     if last_finished and now_ms < last_finished["now_ms"]:
         raise DataflowError(
             f"--now {format_instant(now_ms)} is before the last batch's processing time "

@@ -96,6 +96,24 @@ def register_table(spark: "SparkSession", name: str) -> None:
     spark.conf.set(registered_key, path)
 
 
+def drop_path(spark: "SparkSession", path: str) -> bool:
+    """Delete a folder of the warehouse (a table or a stream checkpoint) with Hadoop's
+    FileSystem (local paths and object stores alike); True if there was one."""
+    jvm = spark.sparkContext._jvm
+    folder = jvm.org.apache.hadoop.fs.Path(path)
+    fs = folder.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    return bool(fs.exists(folder) and fs.delete(folder, True))
+
+
+def drop_table(spark: "SparkSession", name: str) -> bool:
+    """Delete table `name` (its folder, and its name in the session catalog); True if it
+    existed. Its Delta transaction ids go with it, so a table made again starts afresh."""
+    if spark.catalog.tableExists(name) and spark.catalog.getTable(name).tableType == "EXTERNAL":
+        spark.sql(f"DROP TABLE `{name}`")
+    spark.conf.unset(f"spark.dataflow.table.{name}")
+    return drop_path(spark, table_path(spark, name))
+
+
 def register_tables(spark: "SparkSession") -> list[str]:
     """Register every Delta table under the warehouse root by its folder name."""
     names = list_tables(spark)

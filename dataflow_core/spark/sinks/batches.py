@@ -32,6 +32,10 @@ BATCHES_SCHEMA = (
     "attempt int, run_token string, stream_id string, holder string"
 )
 MICROBATCH = "microbatch"
+RESET = "reset"
+"""Status of the row `dataflow reset` appends: the pipeline's live history starts afresh
+after it. Batch numbers go on from it (never reused), so no idempotent write of a later
+batch is mistaken for one of an earlier life of the pipeline."""
 ATTEMPTS = 1000
 """Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
 
@@ -50,6 +54,13 @@ class BatchRecord:
     holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
 
 
+def checkpoint_path(spark: "SparkSession", pipeline: str) -> str:
+    """Where the pipeline's stream checkpoint lives (the stream's half of the sequencer)."""
+    from dataflow_core.spark.platform.session import warehouse_root
+
+    return f"{warehouse_root(spark).rstrip('/')}/_dataflow_checkpoints/{pipeline}"
+
+
 def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
     from pyspark.sql import functions as F
 
@@ -59,7 +70,8 @@ def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
 
 
 def records(spark, spec: PipelineSpec) -> list[dict]:
-    """The newest records: per batch 'finished' first, then attempts newest first."""
+    """The newest records: per batch 'finished' first, then attempts newest first; a
+    'reset' row ends the list (what came before it is another life of the pipeline)."""
     from pyspark.sql import functions as F
 
     batches = batch_rows(spark, spec)
@@ -69,7 +81,29 @@ def records(spark, spec: PipelineSpec) -> list[dict]:
     rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
         F.col("batch").desc(), F.col("status").asc(), F.col("_attempt").desc()
     ).limit(4).collect()
-    return [r.asDict() for r in rows]
+    out = []
+    for r in rows:
+        out.append(r.asDict())
+        if r["status"] == RESET:
+            break
+    return out
+
+
+def next_batch(known: list[dict]) -> int:
+    """The number the next batch takes after these records (numbers are never reused)."""
+    return known[0]["batch"] + 1 if known else 0
+
+
+def mark_reset(spark, spec: PipelineSpec) -> int:
+    """Append the reset row (see RESET); returns its batch number."""
+    from pyspark.sql import functions as F
+
+    batches = batch_rows(spark, spec)
+    top = None if batches is None else batches.agg(F.max("batch").alias("b")).first()["b"]
+    number = 0 if top is None else top + 1
+    rec = BatchRecord(number, None, 0, {}, token=RESET, holder=RESET)
+    append_record(spark, spec, rec, RESET, None)
+    return number
 
 
 def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledger: Ledger | None) -> None:
@@ -128,6 +162,9 @@ def committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None,
     batches = batch_rows(spark, spec)
     if batches is None:
         return None, None, None
+    reset = batches.where(F.col("status") == RESET).agg(F.max("batch").alias("b")).first()["b"]
+    if reset is not None:
+        batches = batches.where(F.col("batch") > reset)
     row = batches.where((F.col("status") == "finished") & F.col("stream_batch").isNotNull()).agg(
         F.max_by("stream_batch", "batch").alias("s"),
         F.max_by("stream_id" if "stream_id" in batches.columns else F.lit(None).cast("string"), "batch").alias("id"),
@@ -158,8 +195,8 @@ def hold_for_backfill(spark: "SparkSession", spec: PipelineSpec, run_id: str) ->
     same backfill (the same run id, resumed) takes its own hold back. The hold keeps the live
     processing time, watermarks and estimator as the last batch left them."""
     known = records(spark, spec)
-    if not known:
-        return None
+    if not any(r["status"] != RESET for r in known):
+        return None  # never ran live (or not since a reset)
     holder = f"backfill {run_id}"
     latest = known[0]
     last = next((r for r in known if r["status"] == "finished"), None)
@@ -172,18 +209,19 @@ def hold_for_backfill(spark: "SparkSession", spec: PipelineSpec, run_id: str) ->
             )
         return _record(latest, last, holder)
     rec = _record(None, last, holder)
+    rec.batch = next_batch(known)
     claim(spark, spec, rec)
     return rec
 
 
 def _record(started: dict | None, last: dict | None, holder: str) -> BatchRecord:
-    base = started or last
-    assert base is not None
+    """The hold's record: the batch `started` (resumed) or a new one, with the live clock,
+    watermarks and estimator of the last finished batch."""
     return BatchRecord(
-        batch=base["batch"] if started else base["batch"] + 1, stream_batch=None,
-        now=(last or base)["now_ms"], versions={}, attempt=0, token=holder, stream_id=None,
-        watermarks=json.loads((last or base)["watermarks"] or "{}"),
-        estimator=(last or {}).get("estimator_state"), holder=holder,
+        batch=started["batch"] if started else -1, stream_batch=None,
+        now=last["now_ms"] if last else (started or {}).get("now_ms", 0), versions={}, attempt=0,
+        token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
+        estimator=last.get("estimator_state") if last else None, holder=holder,
     )
 
 

@@ -1,0 +1,50 @@
+"""`dataflow reset`: start a pipeline's live runs afresh.
+
+Deletes the live state of every stage, the seen ids, the backfills' correction plans and
+the stream checkpoint (and, on request, the stage outputs), then appends a `reset` row to
+`dataflow_batches`. Batch numbers go on after it, never reused: deleted tables take their
+Delta transaction ids with them, and tables that stay (the outputs, `dataflow_batches`)
+never see an old batch number again, so no write of the new life is skipped as a retry of
+the old one. The next micro-batch reads the input from the start, as a new pipeline would.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+from dataflow_core.errors import PipelineBusy
+from dataflow_core.pipelines import get
+from dataflow_core.spark.platform.tables import drop_path, drop_table
+from dataflow_core.spark.sinks.batches import checkpoint_path, mark_reset, records
+from dataflow_core.spark.sinks.corrections_plan import plan_table
+from dataflow_core.spark.sinks.live_state import state_table
+from dataflow_core.spark.sinks.panes import panes_table
+from dataflow_core.spark.sinks.seen_ids import seen_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def reset_pipeline(
+    spark: "SparkSession", pipeline: str, drop_outputs: bool = False, progress: Callable[[str], None] | None = None,
+) -> list[str]:
+    """Reset `pipeline` (see the module docstring); returns what was deleted. Refused while
+    a run holds the pipeline."""
+    spec = get(pipeline)
+    say = progress or (lambda _m: None)
+    known = records(spark, spec)
+    if known and known[0]["status"] == "started":
+        raise PipelineBusy(
+            f"pipeline {spec.name!r}: batch {known[0]['batch']} has not finished (running, or crashed: "
+            "run it again to finish it); reset refused, nothing deleted"
+        )
+    tables = [seen_table(spec)] + [t for s in spec.stages for t in (state_table(s), plan_table(s))]
+    if drop_outputs:
+        tables += [t for s in spec.stages for t in (s.output, panes_table(s))]
+    deleted = [t for t in tables if drop_table(spark, t)]
+    if drop_path(spark, checkpoint_path(spark, spec.name)):
+        deleted.append("stream checkpoint")
+    number = mark_reset(spark, spec)
+    say(f"pipeline {spec.name}: deleted {', '.join(deleted) or 'nothing'}; live runs start afresh "
+        f"(next batch {number + 1}, reading the input from the start)")
+    return deleted
