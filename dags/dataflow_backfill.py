@@ -93,14 +93,16 @@ def dataflow_backfill() -> None:
         from airflow.sdk.exceptions import AirflowRescheduleException
 
         from dataflow_core.airflow.tasks import NoSlot, backfill_day as run_day
+        from dataflow_core.errors import PipelineBusy
 
         context["day"] = day  # names the mapped task in the grid (map_index_template)
         try:
             return run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
                            plan["days_at_once"], f"{context['dag'].dag_id}__{context['run_id']}",
                            wait_for_slot=False)
-        except NoSlot as busy:
+        except (NoSlot, PipelineBusy) as busy:
             # Waiting here would hold a worker slot: come back later instead (up_for_reschedule).
+            # PipelineBusy: a live micro-batch of the pipeline is running; the day waits for it.
             logging.getLogger("dataflow").info(f"{busy}: trying again in {SLOT_RETRY_S} s")
             raise AirflowRescheduleException(pendulum.now("UTC").add(seconds=SLOT_RETRY_S)) from None
 
