@@ -160,3 +160,18 @@ def test_a_reset_then_a_full_run_equals_a_fresh_pipeline(spark):
     write_input(spark, fresh.input_table, rows)
     assert run_microbatch(spark, fresh.name, now=end).ledger_ok
     assert _tables(spark, old) == _tables(spark, fresh)
+
+
+def test_new_rows_in_a_commit_that_rewrites_the_input_are_read(spark):
+    """An overwrite of the input (what `dataflow generate` does by default) with the old rows
+    and new ones: the new rows count, the old ones are duplicates."""
+    rows = to_rows(VIEWS)
+    spec = _billing(f"t_rewrite_{next(_names)}", AccumulationMode.ACCUMULATING)
+    first = [r for r in rows if r[5] < DAY0 + 8 * M]
+    write_input(spark, spec.input_table, first)
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 8 * M)).ledger_ok
+    write_input(spark, spec.input_table, rows, mode="overwrite")
+    result = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S))
+    assert result.ledger_ok
+    assert result.ledger["read"] == len(rows) and result.ledger["duplicates"] >= len(first)
+    assert _results(spark, spec.stages[0]) == _sums(rows)

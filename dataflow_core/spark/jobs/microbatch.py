@@ -4,15 +4,16 @@ New input comes from Structured Streaming's Delta source with an available-now t
 `foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
 refuses a second concurrent query on it (MillWheel's sequencer), and a batch that crashed
 is delivered again, with the same rows, to the next run. A batch with no new input (a
-"tick") still fires due timers and watermark panes. Commits that rewrite input rows (an
-UPDATE or DELETE that fixes the input) are not live events: the stream skips them
-(`skipChangeCommits`), and a `dataflow backfill` over their range applies them, to the
-results and to the live state (`live_state`).
+"tick") still fires due timers and watermark panes. Commits that rewrite input files (an
+overwrite, `replaceWhere`, an upsert, an UPDATE or DELETE) are read with `ignoreChanges`:
+the rows of the rewritten files come again, so new rows among them count, and the rows the
+pipeline has seen are duplicates by their event ids (or, beyond the seen-ids horizon, too
+late for any window). What the rewrite changed or removed is not a live event: a
+`dataflow backfill` over its range applies it, to the results and to the live state.
 
 Each batch, in order: record its number and processing time (a retry reuses both);
 quarantine bad rows; drop duplicate deliveries (event ids are remembered in
-`<pipeline>__seen_ids` for the stage's allowed lateness plus a day of event time behind
-the watermark); advance the watermark estimator; then per stage, on the keys that got data
+`<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); advance the watermark estimator; then per stage, on the keys that got data
 or have a timer due (found through the state table's wake-up columns), fire timers,
 deliver elements and move the watermark (`runners.keyed.run_key`); write panes, results and
 state; record the batch as finished with its ledger and watermarks.
@@ -134,7 +135,7 @@ def run_microbatch(
     )
     try:
         query = (
-            spark.readStream.format("delta").option("skipChangeCommits", "true")
+            spark.readStream.format("delta").option("ignoreChanges", "true")
             .load(table_path(spark, spec.input_table))
             .writeStream.foreachBatch(each)
             .option("checkpointLocation", checkpoint)
