@@ -203,6 +203,7 @@ DEMO_TABLES = (
     "video_events_quarantine", "billing", "billing_panes", "ad_sessions", "ad_sessions_panes",
     "ad_short_sessions", "ad_short_sessions_panes", "ad_sessions__state", "ad_short_sessions__state",
     "ad_sessions__seen_ids", "dataflow_runs", "dataflow_watermarks", "dataflow_batches", "_dataflow_checkpoints",
+    "billing__corrections", "ad_sessions__corrections", "ad_short_sessions__corrections",
 )
 
 
@@ -210,14 +211,10 @@ def _fresh_start(spark) -> None:
     """The demo regenerates its input, so it starts its outputs, live state and stream
     checkpoints afresh (a stream cannot continue over an overwritten input)."""
     from dataflow_core.spark.platform.session import warehouse_root
+    from dataflow_core.spark.platform.tables import drop_path
 
-    jvm = spark.sparkContext._jvm
-    conf = spark.sparkContext._jsc.hadoopConfiguration()
     for name in DEMO_TABLES:
-        path = jvm.org.apache.hadoop.fs.Path(f"{warehouse_root(spark)}/{name}")
-        fs = path.getFileSystem(conf)
-        if fs.exists(path):
-            fs.delete(path, True)
+        drop_path(spark, f"{warehouse_root(spark).rstrip('/')}/{name}")
 
 
 def _ledger(step: _Steps, result) -> bool:
