@@ -35,6 +35,7 @@ from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.range_input import read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
+from dataflow_core.spark.sinks.corrections_plan import forget_plans
 from dataflow_core.spark.sinks.results import current_results, standing_panes
 from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, finish_run, start_run
 
@@ -77,7 +78,10 @@ def run_backfill(
         ledger = _batch(spark, spec, span, run, fast, say, None if hold is None else hold.watermarks)
     if hold is not None:
         release_backfill(spark, spec, hold, ledger)
-    return finish_run(spark, run, ledger)
+    result = finish_run(spark, run, ledger)
+    for stage in spec.stages:  # a finished run is never resumed: its plans have served
+        forget_plans(spark, stage, [run.run_id])
+    return result
 
 
 def _interval(text: str) -> int:

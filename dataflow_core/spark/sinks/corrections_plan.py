@@ -44,7 +44,7 @@ def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out:
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:
-    """Drop the plans of runs that finished (maintenance)."""
+    """Drop the plans of runs that finished."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
