@@ -267,8 +267,8 @@ def _process(
         estimator.load_state(json.loads(prev["estimator_state"]))
     old_wm = prev_wms.get("input", BEGINNING_OF_TIME)
     ledger = Ledger()
-    els = _accepted(spark, spec, rows, rec, old_wm, ledger, txn)
-    new_wm = estimator.update(Progress(batch_event_times=_event_time_range(els), processing_time=rec.now))
+    els, arrived = _accepted(spark, spec, rows, rec, old_wm, ledger, txn)
+    new_wm = estimator.update(Progress(batch_event_times=arrived, processing_time=rec.now))
     say(f"batch {rec.batch} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
         f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {format_watermark(new_wm)}")
     schedule = Schedule([Step((rec.batch,), rec.now, new_wm)], old_wm,
@@ -286,12 +286,15 @@ def _process(
 def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant, ledger: Ledger, txn):
     """The batch's input as elements (persisted; None for a tick): selected, bad rows
     quarantined, deliveries of ids seen in earlier batches dropped as duplicates; the ids
-    it accepts are remembered. Fills the ledger's input side."""
+    it accepts are remembered. Fills the ledger's input side. Also returns the least and
+    greatest event time of the valid rows that arrived, duplicates included: what the
+    watermark estimator observes (rows a backfill counted before the stream delivered them
+    are duplicates then, and still tell how far event time has come)."""
     from pyspark.sql import functions as F
 
     if rows is None:
         crash_point("deduplicated")
-        return None
+        return None, ()
     if spec.where:
         rows = rows.where(F.expr(spec.where))
     tagged = tag_rows(spark, spec, rows).persist()
@@ -301,6 +304,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
         write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
     crash_point("quarantined")
     candidates = elements(spec, tagged)
+    arrived = _event_time_range(candidates)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:
         candidates = candidates.join(seen.select("event_id"), "event_id", "left_anti")
@@ -310,7 +314,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), old_wm if rec.batch % 100 == 0 else None)
     tagged.unpersist()
     crash_point("deduplicated")
-    return els
+    return els, arrived
 
 
 def _event_time_range(els) -> tuple:
