@@ -1,6 +1,11 @@
 """Shared fixtures: one Spark session per pytest run, started only if a test asks for it.
 
 Pure tests (tests/core, tests/conformance) never request `spark`, so they never start a JVM.
+
+`make test` runs everything. Tests that start processes of their own (Spark or Airflow
+commands, a standalone cluster, a browser, runs killed on purpose) are marked `slow`:
+`.venv/bin/python -m pytest -m "not slow" tests/` is the quick loop while developing, and
+`-m "not integration"` runs only the pure model tests.
 """
 
 from __future__ import annotations
@@ -16,10 +21,32 @@ if TYPE_CHECKING:
 _shared: dict[str, object] = {}  # the running test session and its warehouse, once started
 
 
+# Test files, or single tests, that start processes of their own (see the module docstring).
+SLOW = (
+    "tests/integration/test_dags.py::",
+    "tests/integration/test_dags_dataflow.py::",
+    "tests/integration/test_browser.py::",
+    "tests/integration/test_spark_standalone.py::",
+    "tests/integration/test_microbatch_faults.py::",
+    "tests/integration/test_microbatch.py::test_a_crash_at_a_commit_point",
+    "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
+    "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
+)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "integration: starts real components (Spark, Delta, Airflow, Great Expectations)"
     )
+    config.addinivalue_line(
+        "markers", "slow: starts processes of its own; `-m 'not slow'` leaves these out (make test runs all)"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
