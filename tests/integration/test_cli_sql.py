@@ -123,9 +123,10 @@ def test_writes_go_through_spark_and_fast_refuses_them(cli_warehouse: Path, spar
 @pytest.fixture(scope="module")
 def product_warehouse(spark, tmp_path_factory) -> Path:
     """Tables written by the product's own commands (in-process, on the shared session): a
-    sample (`dataflow generate`), a micro-batch of `billing` (pane log, results, live state,
-    seen ids, `dataflow_batches`, input quarantine), a replay backfill (watermarks) of
-    `ad_sessions` (two stages, `dataflow_runs`) and a pane gate that fails (pane quarantine)."""
+    sample (`dataflow generate`), a micro-batch of `ad_sessions` (two stages' pane logs and
+    results, live state, seen ids, `dataflow_batches`, input quarantine), an arrival-order
+    replay of `billing` (decimal values, watermarks, `dataflow_runs`) and a failed pane gate
+    (pane quarantine)."""
     from dataflow_core.pipelines import get
     from dataflow_core.quality.gates import gate_panes
 
@@ -133,8 +134,8 @@ def product_warehouse(spark, tmp_path_factory) -> Path:
     wh = ["--warehouse", str(root)]
     assert main(["generate", "--rows", "600", "--seed", "5", "--span-hours", "24", "--malformed-share", "0.02",
                  "--table", "video_events", *wh]) == 0
-    assert main(["microbatch", "--pipeline", "billing", *wh]) == 0
-    assert main(["backfill", "--pipeline", "ad_sessions", "--start", "2024-05-01", "--end", "2024-05-02",
+    assert main(["microbatch", "--pipeline", "ad_sessions", *wh]) == 0
+    assert main(["backfill", "--pipeline", "billing", "--start", "2024-05-01", "--end", "2024-05-02",
                  "--replay", "--batch-interval", "30m", *wh]) == 0
     # A pane that breaks a rule (a second ON_TIME pane of a window), so the gate quarantines.
     assert main(["sql", "INSERT INTO billing_panes SELECT * FROM billing_panes WHERE timing = 'ON_TIME' LIMIT 1",
@@ -149,10 +150,11 @@ TABLE_KINDS = {  # kind -> table (and a query that aggregates it)
     "pane log": ("billing_panes", "SELECT timing, count(*) AS n, sum(value) AS total, max(emitted_at) AS last "
                                   "FROM billing_panes GROUP BY timing ORDER BY timing"),
     "second-stage pane log": ("ad_short_sessions_panes", "SELECT count(*) AS n FROM ad_short_sessions_panes"),
+    "session results": ("ad_sessions", "SELECT count(*) AS n, sum(value) AS v FROM ad_sessions"),
     "results": ("billing", "SELECT ad_id, count(*) AS windows, sum(value) AS total FROM billing "
                            "GROUP BY ad_id ORDER BY ad_id LIMIT 5"),
-    "live state": ("billing__state", "SELECT count(*) AS n, min(wake_timer) AS w FROM billing__state"),
-    "seen ids": ("billing__seen_ids", "SELECT count(*) AS n FROM billing__seen_ids"),
+    "live state": ("ad_sessions__state", "SELECT count(*) AS n, min(wake_timer) AS w FROM ad_sessions__state"),
+    "seen ids": ("ad_sessions__seen_ids", "SELECT count(*) AS n FROM ad_sessions__seen_ids"),
     "input quarantine": ("video_events_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
                                                     "video_events_quarantine GROUP BY quarantine_reason ORDER BY 1"),
     "pane quarantine": ("billing_panes_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
