@@ -9,6 +9,8 @@ this build does not know is refused, never guessed at.
 
 from __future__ import annotations
 
+import json
+from decimal import Decimal
 from typing import Any, Protocol
 
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
@@ -29,10 +31,31 @@ class _KeyState(Protocol):
     def _refresh_timers(self, ws: WindowState) -> None: ...
 
 STATE_VERSION = 1
+_DECIMAL = "$decimal"  # JSON has no exact decimals: {"$decimal": "12.50"} stands for Decimal("12.50")
 
 
 class UnknownStateVersion(ValueError):
     """Stored state written by a build whose format this one does not read."""
+
+
+def state_text(state: dict | None) -> str | None:
+    """The state as JSON text (exact decimals kept as tagged strings)."""
+    return None if state is None else json.dumps(state, separators=(",", ":"), default=_encode_value)
+
+
+def state_from_text(text: str | None) -> dict | None:
+    return json.loads(text, object_hook=_decode_object) if text else None
+
+
+def _encode_value(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return {_DECIMAL: str(value)}
+    raise TypeError(f"a {type(value).__name__} in live state is not a JSON value (declare "
+                    "CombineFn.encode_accumulator for the combiner that holds it)")
+
+
+def _decode_object(obj: dict) -> Any:
+    return Decimal(obj[_DECIMAL]) if len(obj) == 1 and _DECIMAL in obj else obj
 
 
 def encode_key_state(ks: "_KeyState") -> dict | None:

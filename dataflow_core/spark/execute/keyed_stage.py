@@ -11,13 +11,12 @@ gives each key's new state (`'state'`).
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Sequence
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.pane_codec import pane_to_row, window_bounds
-from dataflow_core.model.state_codec import STATE_VERSION
+from dataflow_core.model.state_codec import STATE_VERSION, state_from_text, state_text
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.runners.keyed import Arrival, Schedule, run_key
 
@@ -111,7 +110,7 @@ def run_stage(
 
 def load_state(key: Hashable, strategy: WindowingStrategy, text: str | None) -> KeyedWindowSet:
     """A key's window set from its stored state (JSON text; None: a new key)."""
-    return KeyedWindowSet.from_state(key, strategy, json.loads(text) if text else None)
+    return KeyedWindowSet.from_state(key, strategy, state_from_text(text))
 
 
 def _run_one_key(
@@ -156,9 +155,8 @@ def _run_one_key(
 
 def state_row(keyed: dict, ks: KeyedWindowSet, watermark: int) -> dict:
     """A key's `'state'` output row: its state, next wake-ups, hold and readable windows."""
-    state = ks.to_state()
     return {
-        **keyed, "kind": "state", "state": None if state is None else json.dumps(state, separators=(",", ":")),
+        **keyed, "kind": "state", "state": state_text(ks.to_state()),
         "state_version": STATE_VERSION, "hold": ks.output_hold(watermark),
         "wake_timer": ks.next_processing_timer(), "wake_watermark": ks.next_watermark_deadline(watermark),
         "windows": [
