@@ -104,7 +104,8 @@ def _to_ts(ms: Instant) -> dt.datetime:
 
 
 def start_run(spark: "SparkSession", pipeline: str, command: str, args: dict[str, Any], now: Instant) -> Run:
-    """A new run, or the unfinished one with the same arguments (resumed as it was)."""
+    """A new run, or, when the latest run with the same arguments did not finish, that one
+    (resumed as it was, whatever other runs came between)."""
     from pyspark.sql import functions as F
 
     args_text = json.dumps(args, sort_keys=True)
@@ -112,13 +113,12 @@ def start_run(spark: "SparkSession", pipeline: str, command: str, args: dict[str
         runs = read_table(spark, RUNS_TABLE).where(
             (F.col("pipeline") == pipeline) & (F.col("command") == command)
         )
-        rows = runs.groupBy("run_id").agg(
-            F.max_by("args", "recorded_at").alias("args"),
+        rows = runs.where(F.col("args") == args_text).groupBy("run_id").agg(
             F.min("now").alias("now"),
             F.max(F.col("status") == "finished").alias("finished"),
             F.max("recorded_at").alias("at"),
         ).orderBy(F.col("at").desc()).limit(1).collect()
-        if rows and not rows[0]["finished"] and rows[0]["args"] == args_text:
+        if rows and not rows[0]["finished"]:
             now_ms = int(rows[0]["now"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
             return Run(rows[0]["run_id"], pipeline, command, args_text, now_ms, resumed=True)
     run = Run(f"{command}-{uuid.uuid4().hex[:12]}", pipeline, command, args_text, now)
