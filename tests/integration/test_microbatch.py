@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -67,6 +71,7 @@ def test_micro_batches_equal_the_replay_with_the_same_batch_boundaries(spark):
 
 
 REPO = Path(__file__).resolve().parents[2]
+CRASH_TABLES = ("t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short", "t_crash_s__state")
 
 
 def _cli(warehouse: Path, modules: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
@@ -79,55 +84,81 @@ def _cli(warehouse: Path, modules: Path, *args: str, crash: str | None = None) -
                           text=True, timeout=600)
 
 
-SLOW = os.environ.get("DATAFLOW_SLOW_TESTS") == "1"
-POINTS = ["t_crash_s-panes"] + [
-    pytest.param(p, marks=pytest.mark.skipif(not SLOW, reason="about 2 minutes each; DATAFLOW_SLOW_TESTS=1 runs them"))
-    for p in ("started", "quarantined", "deduplicated", "t_crash_s-results", "t_crash_s-state",
-              "t_crash_short-panes", "t_crash_short-state", "before-finish")
-]
+@contextmanager
+def in_warehouse(spark, warehouse: Path):
+    """Point the shared session at another warehouse for a while."""
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+
+    before = spark.conf.get(WAREHOUSE_CONF)
+    spark.conf.set(WAREHOUSE_CONF, str(warehouse))
+    try:
+        yield
+    finally:
+        spark.conf.set(WAREHOUSE_CONF, before)
 
 
-@pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(tmp_path, point):
-    """Each run is a fresh process (the crash switch exits like kill -9 right after the
-    commit); the pipeline module is found through $DATAFLOW_PIPELINES."""
-    module = tmp_path / "crash_pipelines.py"
-    module.write_text(
+def crash_tables(spark, warehouse: Path) -> dict[str, Counter]:
+    """Each table's rows without what names a run (ids, batch numbers, pickled state bytes)."""
+    out = {}
+    for table in CRASH_TABLES:
+        df = spark.read.format("delta").load(str(warehouse / table))
+        cols = [c for c in df.columns if c not in ("run_id", "pane_id", "state", "batch")]
+        out[table] = Counter(repr(tuple(r)) for r in df.select(*cols).collect())
+    return out
+
+
+POINTS = ["started", "quarantined", "deduplicated", "t_crash_s-panes", "t_crash_s-results", "t_crash_s-state",
+          "t_crash_short-panes", "t_crash_short-state", "before-finish"]
+
+
+@pytest.fixture(scope="module")
+def crashes(spark, tmp_path_factory):
+    """Every crash point's first run, each a fresh `dataflow microbatch` process (the crash
+    switch exits like kill -9 right after the commit; the pipeline module is found through
+    $DATAFLOW_PIPELINES), two at a time in the background while the tests finish them.
+    Also the tables of an uninterrupted run, computed in this process."""
+    base = tmp_path_factory.mktemp("crashes")
+    modules = base / "modules"
+    modules.mkdir()
+    (modules / "crash_pipelines.py").write_text(
         "from tests.integration.test_backfill import sessions_pipeline\n"
         "sessions_pipeline('t_crash', 't_crash_in')\n"
     )
-    rows = to_rows(VIEWS)
-    batches = batches_of(rows)[:3]
-    results = {}
-    for run, crash in (("clean", None), ("crashed", point)):
-        wh = tmp_path / run
-        script = (
-            "from dataflow_core.spark.platform.session import get_spark\n"
-            "from tests.integration.test_backfill import write_input\n"
-            "spark = get_spark('w', master='local[1]', warehouse=%r)\n"
-            "write_input(spark, 't_crash_in', %r)\n"
-        ) % (str(wh), [r for _, b in batches for r in b])
-        subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=600,
-                       cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
-        now = format_instant(batches[-1][0])
-        first = _cli(wh, tmp_path, "microbatch", "--pipeline", "t_crash", "--now", now, crash=crash)
-        if crash:
-            assert first.returncode == 137, first.stdout + first.stderr
-            assert f"exiting at {crash}" in first.stdout
-            again = _cli(wh, tmp_path, "microbatch", "--pipeline", "t_crash", "--now", now)
-            assert again.returncode == 0, again.stdout + again.stderr
-        else:
-            assert first.returncode == 0, first.stdout + first.stderr
-        results[run] = wh
-    from dataflow_core.spark.platform.session import get_spark
+    sessions_pipeline("t_crash", "t_crash_in")  # the same pipeline in this process
+    batches = batches_of(to_rows(VIEWS))[:3]
+    now = format_instant(batches[-1][0])
+    template = base / "input"
+    with in_warehouse(spark, template):
+        write_input(spark, "t_crash_in", [r for _, b in batches for r in b])
+    warehouses = {}
+    for point in POINTS:
+        warehouses[point] = base / point
+        shutil.copytree(template, warehouses[point])
+    pool = ThreadPoolExecutor(max_workers=2)
+    first = {point: pool.submit(_cli, warehouses[point], modules, "microbatch", "--pipeline", "t_crash",
+                                "--now", now, crash=point) for point in POINTS}
+    clean = base / "clean"
+    shutil.copytree(template, clean)
+    with in_warehouse(spark, clean):
+        assert run_microbatch(spark, "t_crash", now=now).ledger_ok
+    yield SimpleNamespace(now=now, warehouses=warehouses, first=first, clean=crash_tables(spark, clean))
+    pool.shutdown(wait=True, cancel_futures=True)
 
-    spark = get_spark()
-    for table in ("t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short", "t_crash_s__state"):
-        clean = spark.read.format("delta").load(str(results["clean"] / table))
-        crashed = spark.read.format("delta").load(str(results["crashed"] / table))
-        cols = [c for c in clean.columns if c not in ("run_id", "pane_id", "state", "batch")]
-        as_text = lambda df: Counter(repr(tuple(r)) for r in df.select(*cols).collect())  # noqa: E731
-        assert as_text(clean) == as_text(crashed), table
+
+@pytest.mark.parametrize("point", POINTS)
+def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(spark, crashes, point):
+    """The crashed run is a process of its own; the same micro-batch then runs again (here,
+    on the shared session) over what it left, and must leave the uninterrupted run's tables."""
+    first = crashes.first[point].result()
+    assert first.returncode == 137, first.stdout + first.stderr
+    assert f"exiting at {point}" in first.stdout
+    warehouse = crashes.warehouses[point]
+    with in_warehouse(spark, warehouse):
+        again = run_microbatch(spark, "t_crash", now=crashes.now)
+    assert again.ledger_ok, again.ledger
+    got = crash_tables(spark, warehouse)
+    for table in CRASH_TABLES:
+        assert got[table] == crashes.clean[table], table
 
 
 def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_corrected_state(spark):

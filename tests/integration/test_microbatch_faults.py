@@ -4,6 +4,7 @@ of one pipeline at once. Either way the tables must be those of uninterrupted ru
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import signal
@@ -15,9 +16,9 @@ from pathlib import Path
 
 from dataflow_core.model.time import format_instant
 from dataflow_core.errors import BUSY_EXIT
-from dataflow_core.spark.jobs.microbatch import CRASH_ENV
-from tests.integration.test_backfill import SCHEMA, to_rows, ts
-from tests.integration.test_microbatch import VIEWS, batches_of
+from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from tests.integration.test_backfill import SCHEMA, sessions_pipeline, to_rows, ts
+from tests.integration.test_microbatch import VIEWS, batches_of, in_warehouse
 
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE, INPUT = "t_fault", "t_fault_in"
@@ -62,12 +63,21 @@ def _tables(spark, warehouse: Path) -> dict[str, Counter]:
     return out
 
 
-def _clean(spark, tmp_path: Path, modules: Path, batches) -> dict[str, Counter]:
+@functools.cache
+def _registered() -> None:
+    """The pipeline the processes load from $DATAFLOW_PIPELINES, registered in this process too."""
+    sessions_pipeline(PIPELINE, INPUT)
+
+
+def _clean(spark, tmp_path: Path, batches) -> dict[str, Counter]:
+    """The tables of uninterrupted runs of the same micro-batches, here on the shared session
+    (what is under test is the killed or concurrent processes, not this baseline)."""
+    _registered()
     warehouse = tmp_path / "clean"
-    for end, rows in batches:
-        _append(spark, warehouse, rows)
-        done = _run(warehouse, modules, end)
-        assert done.returncode == 0, done.stdout + done.stderr
+    with in_warehouse(spark, warehouse):
+        for end, rows in batches:
+            _append(spark, warehouse, rows)
+            assert run_microbatch(spark, PIPELINE, now=format_instant(end)).ledger_ok
     return _tables(spark, warehouse)
 
 
@@ -78,7 +88,7 @@ def test_sigkill_at_random_moments_over_several_batches_then_the_same_command(sp
     seed = int(os.environ.get("DATAFLOW_KILL_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     modules = _modules(tmp_path)
-    expected = _clean(spark, tmp_path, modules, BATCHES)
+    expected = _clean(spark, tmp_path, BATCHES)
     warehouse = tmp_path / "killed"
     kills = []
     for end, rows in BATCHES:
@@ -105,7 +115,7 @@ def test_sigkill_at_random_moments_over_several_batches_then_the_same_command(sp
 def test_two_runs_at_once_one_is_refused_and_the_tables_are_those_of_one_run(spark, tmp_path):
     modules = _modules(tmp_path)
     batches = [(BATCHES[-1][0], [r for _, rows in BATCHES for r in rows])]
-    expected = _clean(spark, tmp_path, modules, batches)
+    expected = _clean(spark, tmp_path, batches)
     warehouse = tmp_path / "twice"
     _append(spark, warehouse, batches[0][1])
     cmd, env = _command(warehouse, modules, batches[0][0])
