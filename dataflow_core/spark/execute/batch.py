@@ -112,19 +112,21 @@ def _fast(elements, strategy, key_columns, value_type):
 
 
 def _fast_sessions(elements, strategy, key_columns, value_type):
-    """Spark's `session_window` (which merges only inside the grouping itself) closes a
-    session when the next event is at or after the current end; the model merges
-    `[t, t+gap)` windows only when they overlap: the same rule. Bounds come back as
-    timestamps and are turned back into ms."""
+    """Spark's `session_window` also merges sessions that only touch (an event exactly one
+    gap after the last one joins its session), while the model merges `[t, t+gap)` windows
+    only when they overlap. A gap one millisecond shorter gives the model's rule on integer
+    milliseconds (the next event joins iff it is before the last one plus the gap); the end
+    then moves back by that millisecond. Bounds come back as timestamps, turned into ms."""
     from pyspark.sql import functions as F
 
     gap = strategy.window_fn.gap
-    session = F.session_window(F.timestamp_millis("event_ms"), f"{gap} milliseconds").alias("_s")
+    session = F.session_window(F.timestamp_millis("event_ms"), f"{gap - 1} milliseconds").alias("_s")
     value, ts = _aggregates(strategy)
     if strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW:
         ts = F.lit(None)
     out = elements.groupBy(*key_columns, session).agg(value.cast(value_type).alias("value"), ts.alias("ts"))
-    out = out.withColumn("window_start", F.unix_millis("_s.start")).withColumn("window_end", F.unix_millis("_s.end"))
+    out = out.withColumn("window_start", F.unix_millis("_s.start")).withColumn(
+        "window_end", F.unix_millis("_s.end") + F.lit(1))
     out = out.withColumn("ts", F.coalesce(F.col("ts").cast("bigint"), F.col("window_end") - F.lit(1)))
     return out.select(*key_columns, *FINAL_COLUMNS)
 
