@@ -192,7 +192,10 @@ def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_co
     write_input(spark, live.input_table, [r for r in rows if part[r[0]] == 3], mode="append")
     second = run_microbatch(spark, live.name, now=format_instant(DAY0 + 3000_000))
     assert second.ledger_ok, second.ledger
-    assert (second.ledger["read"], second.ledger["duplicates"], second.ledger["accepted"]) == (5, 3, 2), second.ledger
+    # The DELETE rewrote a file: its other rows come again (ignoreChanges) and are duplicates,
+    # like the 3 appended views the backfill counted; only the 2 new views are accepted.
+    assert second.ledger["accepted"] == 2 and second.ledger["read"] >= 5, second.ledger
+    assert second.ledger["read"] - second.ledger["duplicates"] == 2, second.ledger
     run_microbatch(spark, live.name, now=format_instant(DAY0 + 7200_000))  # a tick: due timers fire
 
     write_input(spark, oracle.input_table, [r for r in rows if r[0] != bot])
@@ -202,5 +205,6 @@ def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_co
         as_set = lambda name: Counter(tuple(r) for r in read_table(spark, name).select(*cols).collect())  # noqa: E731
         assert as_set(got.output) == as_set(want.output), got.output
     log = read_table(spark, f"{live.stages[0].output}_panes")
-    merged = log.where("user_id = 'u1' AND is_retraction AND run_id = 'batch-1'").select("value").collect()
-    assert [r["value"] for r in merged] == [5], "batch 1 retracts the backfill's pane (views at 60, 120, 400, 650, 900 s)"
+    # batch 1 is the backfill's hold on the pipeline; batch 2 is the next micro-batch
+    merged = log.where("user_id = 'u1' AND is_retraction AND run_id = 'batch-2'").select("value").collect()
+    assert [r["value"] for r in merged] == [5], "batch 2 retracts the backfill's pane (views at 60, 120, 400, 650, 900 s)"
