@@ -146,6 +146,8 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.set_default_timeout(120_000)  # a loaded 2-core CI machine answers slowly; waits, not checks
+        page.set_default_navigation_timeout(120_000)
         try:
             # Log in as the README says: user admin, the generated password.
             page.goto(url + "/", wait_until="networkidle")
@@ -155,7 +157,7 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
             page.wait_for_load_state("networkidle")
 
             # The DAG may still be on its way from the dag-processor to the UI.
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + START_TIMEOUT_S
             while True:
                 page.goto(url + "/dags/dataflow_backfill", wait_until="networkidle")
                 if page.get_by_text("check_request").count():
