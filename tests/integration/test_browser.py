@@ -129,7 +129,7 @@ def _api(ui, method: str, path: str, body=None, token=None):
 
 
 def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import Error as PlaywrightError, sync_playwright
 
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     url = airflow_ui["url"]
@@ -159,7 +159,10 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
             # The DAG may still be on its way from the dag-processor to the UI.
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
-                page.goto(url + "/dags/dataflow_backfill", wait_until="networkidle")
+                try:
+                    page.goto(url + "/dags/dataflow_backfill", wait_until="networkidle")
+                except PlaywrightError as exc:  # the UI's own redirect may abort this navigation
+                    assert "ERR_ABORTED" in str(exc), exc
                 if page.get_by_text("check_request").count():
                     break
                 assert time.monotonic() < deadline, "dataflow_backfill never showed up in the UI"
