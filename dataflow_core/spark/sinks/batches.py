@@ -207,19 +207,17 @@ def hold_for_backfill(spark: "SparkSession", spec: PipelineSpec, run_id: str) ->
                 f"pipeline {spec.name!r}: {what} holds it (batch {latest['batch']} has not finished: running, "
                 "or crashed and completed by its next run); this backfill stopped before reading, try again later"
             )
-        return _record(latest, last, holder)
-    rec = _record(None, last, holder)
-    rec.batch = next_batch(known)
+        return _record(latest["batch"], last, holder)
+    rec = _record(next_batch(known), last, holder)
     claim(spark, spec, rec)
     return rec
 
 
-def _record(started: dict | None, last: dict | None, holder: str) -> BatchRecord:
-    """The hold's record: the batch `started` (resumed) or a new one, with the live clock,
-    watermarks and estimator of the last finished batch."""
+def _record(batch: int, last: dict | None, holder: str) -> BatchRecord:
+    """The hold's record for `batch`, with the live clock, watermarks and estimator of the
+    last finished batch."""
     return BatchRecord(
-        batch=started["batch"] if started else -1, stream_batch=None,
-        now=last["now_ms"] if last else (started or {}).get("now_ms", 0), versions={}, attempt=0,
+        batch=batch, stream_batch=None, now=last["now_ms"] if last else 0, versions={}, attempt=0,
         token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
         estimator=last.get("estimator_state") if last else None, holder=holder,
     )
