@@ -8,7 +8,7 @@ moves; every call returns the panes (and retractions) emitted at that moment.
 Two more entry points serve runners that persist state and correct the past:
 `to_state`/`from_state` (the key's state as versioned JSON data, see `state_codec`) and
 `correct` (a batch backfill's recomputed windows, emitted as panes that continue each
-window's history).
+window's history) and `take_over` (a backfill's windows adopted by the first live run).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class KeyedWindowSet:
                 OnTime.OWED
                 if any(st.on_time is OnTime.OWED for st in states)
                 else OnTime.BEFORE
-                if watermark < result.end
+                if watermark < result.end and not (survivor and survivor.on_time is OnTime.DONE)
                 else OnTime.DONE
             ),
             pending=sum(st.pending for st in states),
@@ -221,8 +221,9 @@ class KeyedWindowSet:
             if gc_now:
                 collected.append(ws)
             crossing = old < w.end <= new
+            owes = crossing and ws.on_time is not OnTime.DONE  # a taken-over window's is out already
             if ws.closed:
-                if crossing:  # no trigger fires, but data may be waiting for GC's pane
+                if owes:  # no trigger fires, but data may be waiting for GC's pane
                     ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
                 continue
             ctx = self._ctx(w, at, new)
@@ -230,10 +231,10 @@ class KeyedWindowSet:
                 continue
             deliver_event_timers(s.trigger, ws.trigger, ctx)
             if s.trigger.should_fire(ws.trigger, ctx):
-                if crossing:  # fired as the watermark passed the end: the on-time pane
+                if owes:  # fired as the watermark passed the end: the on-time pane
                     ws.on_time = OnTime.OWED
                 panes += self._fire(ws, ctx, last=gc_now)
-            elif crossing:
+            elif owes:
                 ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
             self._refresh_timers(ws)
         for ws in collected:
@@ -309,6 +310,30 @@ class KeyedWindowSet:
                 self._refresh_timers(ws)
                 self.windows[w] = ws
         return out
+
+    def take_over(self, standing: Sequence[Pane], watermark: Instant, elements: Iterable[Element] = ()) -> None:
+        """Adopt windows that another run emitted (a batch backfill before the pipeline went
+        live), so that live input continues their histories instead of starting new ones.
+
+        Each window keeps the history its `standing` pane implies (`PaneHistory.after`) and,
+        in retracting mode, that pane as the one to retract; accumulating windows get their
+        accumulator rebuilt from `elements` (the input that run counted). Nothing is emitted,
+        nothing is pending, and windows `watermark` has already collected are not kept."""
+        s = self.strategy
+        rebuilt = self._rebuild(elements) if s.accumulation.accumulates else {}
+        for pane in standing:
+            w = pane.window
+            if w in self.windows or s.gc_time(w) <= watermark:
+                continue
+            h = PaneHistory.after(pane, w.end, watermark)
+            acc, lo, hi = rebuilt.get(w, (s.combiner.create_accumulator(), None, None))
+            ws = WindowState(
+                window=w, trigger=s.trigger.new_state(), acc=acc, on_time=h.on_time, ts_min=lo, ts_max=hi,
+                next_index=h.next_index, next_on_time_index=h.next_on_time_index,
+                standing=pane if s.accumulation is AccumulationMode.RETRACTING else None,
+            )
+            self._refresh_timers(ws)
+            self.windows[w] = ws
 
     def _standing_window(self, c: Correction, at: Instant, watermark: Instant) -> WindowState:
         """The corrected window's state, taken out of this set: the live window (merged with

@@ -89,10 +89,13 @@ class PaneOrderError(ValueError):
 
 def describe_next_pane(history: PaneHistory, window_end: Instant, watermark: Instant, last: bool) -> PaneInfo:
     """The metadata of the next pane of a window: EARLY before the watermark passes its end,
-    ON_TIME once when the on-time pane is owed, LATE after; indexes count on."""
+    ON_TIME once when the on-time pane is owed, LATE after; indexes count on. A window whose
+    on-time pane is out never goes back to EARLY: the model only gets there once the
+    watermark passed the end, but a history taken over from a batch backfill (whose
+    watermark was perfect) can run ahead of a live watermark."""
     if history.ended:
         raise PaneOrderError(f"a pane after the window's last pane (index {history.next_index - 1})")
-    if watermark < window_end:
+    if watermark < window_end and history.on_time is not OnTime.DONE:
         timing = PaneTiming.EARLY
     elif history.on_time is OnTime.OWED:
         timing = PaneTiming.ON_TIME
@@ -119,8 +122,8 @@ def history_after(history: PaneHistory, info: PaneInfo) -> PaneHistory:
 
 def history_breaks(panes: "list[Pane]") -> list[str]:
     """What in one window's panes, in emission order, breaks the rules of a pane history:
-    one ON_TIME pane at most, indexes counting from 0, on-time indexes counting from 0 over
-    non-early panes, no pane after a last pane, and every retraction repeating the pane
+    one ON_TIME pane at most, no EARLY pane after a non-early one, indexes counting from 0,
+    on-time indexes counting from 0 over non-early panes, no pane after a last pane, and every retraction repeating the pane
     standing before it (the pane gate checks the same over the pane log)."""
     breaks: list[str] = []
     history = PaneHistory(on_time=OnTime.OWED)
@@ -137,6 +140,8 @@ def history_breaks(panes: "list[Pane]") -> list[str]:
             breaks.append(f"pane index {p.index} where {history.next_index} was next")
         if p.timing is PaneTiming.ON_TIME and history.on_time is OnTime.DONE:
             breaks.append(f"a second ON_TIME pane (index {p.index})")
+        if p.timing is PaneTiming.EARLY and history.next_on_time_index > 0:
+            breaks.append(f"an EARLY pane (index {p.index}) after the on-time pane")
         expected_on_time = None if p.timing is PaneTiming.EARLY else history.next_on_time_index
         if p.on_time_index != expected_on_time:
             breaks.append(f"pane {p.index} has on-time index {p.on_time_index}, expected {expected_on_time}")

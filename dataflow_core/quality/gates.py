@@ -300,7 +300,8 @@ def pane_checks(panes: "DataFrame", stage: "StageSpec") -> "DataFrame":
     whole = Window.partitionBy(*win)
     on_time = pane & (F.col("timing") == "ON_TIME")
 
-    df = panes.withColumn("_seq", F.row_number().over(seq))
+    df = panes.withColumn("_seq", F.row_number().over(seq)).withColumn(
+        "_after_on_time", F.max(F.when(pane & (F.col("timing") != "EARLY"), True)).over(before))
     df = df.withColumn(
         "_prev_pane",
         F.last(F.when(pane, F.struct(F.col("pane_index").alias("i"), F.col("value").alias("v"),
@@ -323,11 +324,13 @@ def pane_checks(panes: "DataFrame", stage: "StageSpec") -> "DataFrame":
         .withColumn("gate_retraction_standing", F.when(retraction, F.coalesce(standing, F.lit(False))))
         .withColumn("gate_on_time_once",
                     F.when(on_time, F.sum(F.when(on_time, 1).otherwise(0)).over(whole) <= 1))
+        .withColumn("gate_no_early_after_on_time",
+                    F.when(pane & (F.col("timing") == "EARLY"), F.col("_after_on_time").isNull()))
         .withColumn("gate_on_time_index_ok",
                     F.when(pane, (F.col("timing") == "EARLY") == F.col("on_time_index").isNull()))
         .withColumn("gate_is_first_ok", F.when(pane, F.col("is_first") == (F.col("pane_index") == 0)))
         .withColumn("gate_value_possible", possible)
-        .drop("_seq", "_prev_pane", "_prev_retraction")
+        .drop("_seq", "_prev_pane", "_prev_retraction", "_after_on_time")
     )
 
 

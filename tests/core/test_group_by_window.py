@@ -126,3 +126,49 @@ def test_corrected_windows_carry_on_as_if_they_had_seen_the_backfill_input(live,
                     any(q == replace(p, retraction=False, emitted_at=q.emitted_at) for q in later_panes)
     else:
         assert not any(p.retraction for p in emitted)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_times, _times, st.sampled_from(["fixed", "sessions"]), st.sampled_from(list(AccumulationMode)),
+       st.sampled_from([0, 150, 1_000]), st.booleans())
+def test_a_live_run_takes_over_a_backfills_windows_and_continues_their_histories(  # noqa: PLR0913
+    backfilled, later, shape, mode, live_wm, new_only_later,
+):
+    """A batch backfill (perfect watermark) emitted one ON_TIME pane per window of
+    `backfilled`; a live window set takes those windows over at its watermark `live_wm`
+    (behind, inside or past them), then `later` arrives and the watermark passes
+    everything. Each window's panes (backfill + live) keep one history, and the final
+    totals are those of one window set that saw all the input."""
+    window_fn = FixedWindows(100 * S) if shape == "fixed" else Sessions(30 * S)
+    strategy = WindowingStrategy(
+        window_fn=window_fn, trigger=AfterWatermark(early=AfterProcessingTime(1), late=AfterCount(1)),
+        accumulation=mode, allowed_lateness=10_000 * S, combiner=SumFn())
+    els = lambda times: [Element(1, t * S) for t in times]  # noqa: E731
+    backfill = KeyedWindowSet("k", strategy)
+    totals = {w: acc for w, (acc, _, _) in backfill._rebuild(els(backfilled)).items()}
+    emitted = backfill.correct([Correction(w, None, None, acc, w.max_timestamp) for w, acc in totals.items()],
+                               at=5, watermark=END_OF_TIME).panes
+    live = KeyedWindowSet("k", strategy)
+    live.take_over([p for p in emitted if not p.retraction], live_wm * S, elements=els(backfilled))
+    assert all(ws.pending == 0 for ws in live.windows.values())
+    arrivals = [t for t in later if not new_only_later or t * S >= live_wm * S]
+    emitted += live.add_bundle(els(arrivals), at=30, watermark=live_wm * S)
+    emitted += live.fire_processing_timers(40, live_wm * S)
+    emitted += live.advance_watermark(live_wm * S, 100_000 * S, at=50)
+    for window, panes in _by_window(emitted).items():
+        assert history_breaks(panes) == [], (window, panes)
+        assert sum(p.timing is PaneTiming.ON_TIME and not p.retraction for p in panes) <= 1
+    if mode.accumulates:
+        everything = {w: acc for w, (acc, _, _) in KeyedWindowSet("k", strategy)._rebuild(
+            els(backfilled + arrivals)).items()}
+        finals = {w: p.value for w, (p, _) in _standing(emitted).items()}
+        if mode is AccumulationMode.ACCUMULATING:  # merged-away sessions keep their (unretracted) panes
+            finals = {w: v for w, v in finals.items() if w in everything}
+        assert finals == everything
+    else:  # discarding: the panes of a window add up to its total
+        sums: dict = defaultdict(int)
+        for p in emitted:
+            sums[p.window] += p.value
+        if shape == "fixed":
+            assert dict(sums) == {w: acc for w, (acc, _, _) in KeyedWindowSet("k", strategy)._rebuild(
+                els(backfilled + arrivals)).items()}

@@ -177,3 +177,48 @@ def test_new_rows_in_a_commit_that_rewrites_the_input_are_read(spark):
     assert result.ledger["read"] == len(rows) and result.ledger["duplicates"] >= len(first)
     assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok  # early timers
     assert _results(spark, spec.stages[0]) == _sums(rows)
+
+
+@pytest.mark.parametrize("mode", [AccumulationMode.RETRACTING, AccumulationMode.DISCARDING])
+def test_going_live_after_a_backfill_continues_its_windows(spark, tmp_path, mode):
+    """A batch backfill of May 1, then the first micro-batches over the same input, a late
+    view for a backfilled window and newer input: the backfill's windows are taken over (its
+    rows are duplicates, its panes keep their indexes), every window's pane log is one
+    history (the pane gate passes over backfill and live runs), and the results equal a
+    recomputation from the input."""
+    from dataflow_core.quality.gates import gate_panes
+
+    rows = to_rows(VIEWS)
+    spec = _billing(f"t_golive_{mode.name.lower()}_{next(_names)}", mode)
+    stage = spec.stages[0]
+    before = [r for r in rows if r[5] < DAY0 + 8 * M]
+    write_input(spark, spec.input_table, before)
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 9 * M)).ledger_ok
+    backfilled = _histories(spark, stage)
+    newer = [(f"n{n}", "u4", ad, "29", DAY0 + 86_400 * S + n * 200 * S, DAY0 + 86_400 * S + n * 200 * S + 5 * S)
+             for n, ad in enumerate(("ad1", "ad2", "ad1"))]
+    write_input(spark, spec.input_table, [r for r in rows if r[5] >= DAY0 + 8 * M] + newer, mode="append")
+
+    first = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 86_400 * S + 20 * M))
+    assert first.ledger_ok
+    assert first.ledger["duplicates"] >= len({r[0] for r in before}), "what the backfill counted is not counted again"
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 86_400 * S + 3 * 3600 * S)).ledger_ok
+    everything = rows + newer
+    if mode is not AccumulationMode.DISCARDING:
+        assert _results(spark, stage) == _sums(everything)
+    else:  # a discarding window's panes add up to its total
+        totals: Counter = Counter()
+        for (key, start), history in _histories(spark, stage).items():
+            totals[(key[0], (start - DAY0) // (10 * M))] += sum(p.value for p in history if not p.retraction)
+        assert dict(totals) == _sums(everything)
+    histories = _histories(spark, stage)
+    for window, history in histories.items():
+        assert history_breaks(history) == [], (window, history)
+        on_time = sum(p.timing.value == "ON_TIME" and not p.retraction for p in history)
+        assert on_time == 1 if window in backfilled else on_time <= 1, (window, history)
+    for window, panes in backfilled.items():  # the live panes continue the backfill's
+        assert histories[window][: len(panes)] == panes
+    late_window = (("ad1",), DAY0)
+    assert len(histories[late_window]) > len(backfilled[late_window]), "the late view corrected a backfilled window"
+    outcome = gate_panes(spark, stage, None, "t-golive", spec.name, docs_dir=tmp_path)
+    assert outcome.success, outcome.summary()

@@ -4,11 +4,12 @@
    results, keeping windows that are new, changed (value or timestamp) or gone.
 2. The corrections (`execute.corrections`, the model per key in executors): each changed
    window's next pane after its standing one, retractions in retracting mode.
-3. The writes: pane log, results (the window's total), and, where micro-batches keep live
-   state for the pipeline, the state (the corrected windows' accumulators rebuilt from the
-   backfill's input, so later batches carry on from the corrected figures) and the seen ids
+3. The writes: pane log, results (the window's total), where micro-batches keep live state
+   for the pipeline the state (the corrected windows' accumulators rebuilt from the
+   backfill's input, so later batches carry on from the corrected figures), and the seen ids
    (the event ids the backfill counted, so a row it counted that the stream has yet to
-   deliver is a duplicate then, not counted twice).
+   deliver is a duplicate then, not counted twice; before the pipeline goes live, they also
+   tell its first micro-batch which input the windows it takes over hold).
 
 Corrections are paced by the live pipeline: their pane metadata follows the stage's live
 watermark when micro-batches run it (the end of time otherwise).
@@ -77,9 +78,9 @@ def correct_stage(
         if live:
             write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
             crash_point(f"{stage.output}-corrected-state")
-            if stage is spec.stages[0]:
-                _mark_seen(spark, spec, stage, out, elements, run.run_id)
             say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+        if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
+            _mark_seen(spark, spec, stage, out, elements, run.run_id)
     outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
     ledger.per_stage[stage.output] = outcome
     ledger.panes += outcome["panes"]

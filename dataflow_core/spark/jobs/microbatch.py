@@ -52,11 +52,12 @@ from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, carried_hold_spans, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.execute.take_over import taken_over_states
 from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
-from dataflow_core.spark.platform.tables import table_exists, table_path
+from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, committed_stream, fence, next_batch, records,
     refuse_if_backfill_holds,
@@ -64,7 +65,7 @@ from dataflow_core.spark.sinks.batches import (
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.quarantine import write_quarantine
-from dataflow_core.spark.sinks.results import write_results
+from dataflow_core.spark.sinks.results import standing_panes, write_results
 from dataflow_core.spark.sinks.runs import Ledger, RunResult
 from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
@@ -227,6 +228,8 @@ def _begin(
             f"{format_instant(last_finished['now_ms'])}; processing time never moves back"
         )
     names = [seen_table(spec)] + [state_table(s) for s in spec.stages]
+    if last_finished is None:  # going live: the results backfills left are taken over (`_taken_over`)
+        names += [s.output for s in spec.stages if s.keeps_results]
     rec = BatchRecord(number, stream_batch, now_ms, {n: table_version(spark, n) for n in names},
                       token=token, stream_id=stream_id)
     claim(spark, spec, rec)
@@ -346,7 +349,7 @@ def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRe
             panes = upstream.out.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn(
                 "at_ms", F.col("emitted_at"))
             arrivals = elements_from_panes(panes, upstream.stage, stage, passthrough=("seq", "at_ms"))
-        current = _run(spark, stage, arrivals, schedule, rec, first=upstream is None)
+        current = _run(spark, spec, stage, arrivals, schedule, rec, first=upstream is None)
         counts = _write(spark, current, rec, txn)
         ledger.per_stage[stage.output] = counts
         ledger.panes += counts["panes"]
@@ -365,7 +368,8 @@ def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRe
     return watermarks
 
 
-def _run(spark, stage: StageSpec, arrivals, schedule: Schedule, rec: BatchRecord, first: bool) -> _StageOutput:
+def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedule, rec: BatchRecord,
+         first: bool) -> _StageOutput:
     """The stage on the keys that got data or have something due."""
     from pyspark.sql import functions as F
 
@@ -375,7 +379,12 @@ def _run(spark, stage: StageSpec, arrivals, schedule: Schedule, rec: BatchRecord
     latest_time = max((s.time for s in schedule.steps), default=rec.now)
     if arrivals is None:
         arrivals = _empty_arrivals(spark, stage, first)
-    if states is not None:
+    taken = None
+    if states is None and stage.output in rec.versions:
+        taken = _taken_over(spark, spec, stage, rec, schedule.start)
+    if taken is not None:  # every key taken over runs, so that the watermark collects what it passed
+        woken = taken
+    elif states is not None:
         due = states.where((F.col("wake_timer") < F.lit(latest_time)) | (F.col("wake_watermark") <= F.lit(wm)))
         with_data = states.join(arrivals.select(*keys).distinct(), keys, "left_semi")
         woken = due.unionByName(with_data).dropDuplicates(keys).select(*keys, "state")
@@ -385,6 +394,33 @@ def _run(spark, stage: StageSpec, arrivals, schedule: Schedule, rec: BatchRecord
     out = run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
                     states=woken).persist()
     return _StageOutput(stage, out, out.where("kind = 'state'").select(*keys))
+
+
+def _taken_over(spark, spec: PipelineSpec, stage: StageSpec, rec: BatchRecord, watermark: Instant):
+    """Going live: the first batch's state for a stage whose results backfills wrote, those
+    windows taken over (`execute.take_over`) with their accumulators rebuilt from the input
+    the backfills counted (their seen ids; for a later stage, its upstream's standing panes
+    as the first batch found them). None when there are no results to take over."""
+    from pyspark.sql import functions as F
+
+    results = read_as_of(spark, stage.output, rec.versions[stage.output])
+    if results is None:
+        return None
+    standing = standing_panes(results, stage)
+    counted = None
+    if stage.strategy.accumulation.accumulates:
+        index = spec.stages.index(stage)
+        if index == 0:
+            seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
+            if seen is not None:
+                rows = tag_rows(spark, spec, read_table(spark, spec.input_table).where(F.expr(spec.where or "true")))
+                counted = elements(spec, rows).join(seen.where("batch < 0").select("event_id"), "event_id", "left_semi")
+        else:
+            up = spec.stages[index - 1]
+            up_results = read_as_of(spark, up.output, rec.versions.get(up.output, -1))
+            if up_results is not None:
+                counted = elements_from_panes(standing_panes(up_results, up), up, stage)
+    return taken_over_states(standing, stage.strategy, KeyCodec(stage.key_columns), watermark, elements=counted)
 
 
 def _empty_arrivals(spark, stage: StageSpec, first: bool):

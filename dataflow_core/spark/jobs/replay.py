@@ -23,6 +23,7 @@ from dataflow_core.spark.jobs.range_input import read_range
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.results import write_results
 from dataflow_core.spark.sinks.runs import Ledger, Run, record_watermarks
+from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,6 +43,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         say("no accepted rows in the range; nothing to replay")
         els.unpersist()
         return ledger
+    # the ids it counted: a micro-batch taking the pipeline live later takes its windows over
+    remember_ids(spark, spec, els, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run.run_id}", 0))
     t0_row = els.agg(F.min("ingest_ms").alias("t0"), F.max("ingest_ms").alias("t1")).first()
     t0 = t0_row["t0"] - t0_row["t0"] % interval
     batches = els.withColumn("batch", F.floor((F.col("ingest_ms") - F.lit(t0)) / F.lit(interval)).cast("bigint"))
