@@ -1,0 +1,153 @@
+"""A backfill of a live pipeline as a real `dataflow backfill` process: paused with SIGSTOP
+after reading while the input changes and a micro-batch tries to run; killed with SIGKILL at
+random moments and run again. Either way, once both sides have run, the results equal a
+recomputation from the input: a deleted view is not counted, a late view is counted once,
+and every window's pane log is one history."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dataflow_core.errors import PipelineBusy
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.panes import history_breaks
+from dataflow_core.model.time import format_instant
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV
+from dataflow_core.spark.jobs.microbatch import run_microbatch
+from dataflow_core.spark.platform.tables import read_table
+from tests.integration.test_backfill import DAY0, M, to_rows, write_input
+from tests.integration.test_backfill_live import _delete
+from tests.integration.test_microbatch import in_warehouse
+from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE = "t_bl_proc"
+S = 1000
+NOW = format_instant(DAY0 + 11 * M)
+
+
+@functools.cache
+def _spec():
+    """The pipeline the processes load from $DATAFLOW_PIPELINES, registered here too."""
+    return _billing(PIPELINE, AccumulationMode.RETRACTING)
+
+
+def _backfill(warehouse: Path, modules: Path) -> subprocess.Popen:
+    (modules / "bl_pipelines.py").write_text(
+        "from dataflow_core.model.accumulation import AccumulationMode\n"
+        "from tests.integration.test_one_history import _billing\n"
+        f"_billing({PIPELINE!r}, AccumulationMode.RETRACTING)\n")
+    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "bl_pipelines", "PYTHONUNBUFFERED": "1"}
+    env.pop(CRASH_ENV, None)
+    env.pop(RAISE_ENV, None)
+    cmd = [sys.executable, "-m", "dataflow_core", "backfill", "--pipeline", PIPELINE,
+           "--start", "2024-05-01", "--end", "2024-05-02", "--now", NOW]
+    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def _live(spark, rows) -> list[tuple]:
+    """Micro-batches over the first 8 minutes of arrivals, EARLY panes out; returns what
+    they read."""
+    spec = _spec()
+    early = [r for r in rows if r[5] < DAY0 + 8 * M]
+    write_input(spark, spec.input_table, early)
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 8 * M)).ledger_ok
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 8 * M + 150 * S)).ledger_ok
+    return early
+
+
+def _change(spark, standing: list[tuple]) -> list[tuple]:
+    """A counted view deleted and a late view appended; returns the input as it stands."""
+    spec = _spec()
+    gone = standing[0]
+    _delete(spark, spec.input_table, gone[0])
+    late = ("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)
+    write_input(spark, spec.input_table, [late], mode="append")
+    return [r for r in standing if r[0] != gone[0]] + [late]
+
+
+def _carry_on_and_check(spark, rows, standing) -> None:
+    """The rest of the arrivals, micro-batches up to every timer; then the results are a
+    recomputation and every window one history."""
+    spec = _spec()
+    rest = [r for r in rows if r[5] >= DAY0 + 8 * M]
+    write_input(spark, spec.input_table, rest, mode="append")
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 30 * M)).ledger_ok
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok
+    assert _results(spark, spec.stages[0]) == _sums(standing + rest)
+    for window, history in _histories(spark, spec.stages[0]).items():
+        assert history_breaks(history) == [], (window, history)
+    runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{PIPELINE}' AND status = 'finished'").collect()
+    assert runs and all(json.loads(r["ledger"])["balanced"] for r in runs), "every backfill's ledger balances"
+
+
+def test_a_backfill_paused_after_reading_holds_the_pipeline_while_the_input_changes(spark, tmp_path):
+    """SIGSTOP once the backfill has read; the input changes and a micro-batch is refused
+    (the backfill holds the pipeline); SIGCONT, the backfill finishes; the micro-batches and
+    the next night's backfill then bring every figure to the input as it stands."""
+    rows = to_rows(VIEWS)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        counted = _live(spark, rows)
+        proc = _backfill(warehouse, tmp_path)
+        output = []
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                output.append(line)
+                if "computing windows" in line:
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                    break
+            else:
+                pytest.fail("the backfill ended before reading: " + "".join(output))
+            standing = _change(spark, counted)
+            with pytest.raises(PipelineBusy, match="held by backfill"):
+                run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 11 * M))
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
+        rest_of_output = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, "".join(output) + rest_of_output
+        assert run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 12 * M)).ledger_ok  # the late view
+        assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 13 * M)).ledger_ok
+        _carry_on_and_check(spark, rows, standing)
+
+
+def test_a_backfill_killed_at_random_moments_and_run_again_corrects_live_state(spark, tmp_path):
+    """The backfill of a changed input (a view deleted, a late one appended) is killed with
+    SIGKILL (its process group: driver, JVM, workers) after random delays, then run to the
+    end; micro-batches then carry on. Set DATAFLOW_KILL_SEED to replay a failure."""
+    seed = int(os.environ.get("DATAFLOW_KILL_SEED", time.time_ns() % 1_000_000))
+    rng = random.Random(seed)
+    rows = to_rows(VIEWS)
+    warehouse = tmp_path / "wh"
+    kills = []
+    with in_warehouse(spark, warehouse):
+        standing = _change(spark, _live(spark, rows))
+        for _ in range(2):
+            delay = rng.uniform(3.0, 60.0)
+            proc = _backfill(warehouse, tmp_path)
+            try:
+                proc.wait(timeout=delay)
+                kills.append(f"{delay:.1f}s: finished first (exit {proc.returncode})")
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                last = [ln for ln in proc.communicate()[0].splitlines() if ln.startswith("[backfill")][-1:]
+                kills.append(f"{delay:.1f}s: killed after {last}")
+        again = run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02", now=NOW)
+        assert again.ledger_ok, f"seed {seed}, {kills}"
+        try:
+            _carry_on_and_check(spark, rows, standing)
+        except AssertionError as exc:
+            raise AssertionError(f"seed {seed}, kills {kills}: {exc}") from None
