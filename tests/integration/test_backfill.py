@@ -37,7 +37,7 @@ def ts(ms: int | None) -> dt.datetime | None:
     return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
 
-def sessions_pipeline(name: str, table: str, retracting: bool = True) -> PipelineSpec:
+def sessions_pipeline(name: str, table: str, retracting: bool = True, value: str = "try_cast(v AS BIGINT)") -> PipelineSpec:
     """The shape of ad_sessions, at a scale small inputs exercise: 5-minute gaps."""
     gap = 5 * M
 
@@ -46,7 +46,7 @@ def sessions_pipeline(name: str, table: str, retracting: bool = True) -> Pipelin
 
     return register(PipelineSpec(
         name=name, input_table=table, key={"user_id": "user_id", "ad_id": "ad_id"},
-        value="try_cast(v AS BIGINT)", quality_suite=None, partition_column=None,
+        value=value, quality_suite=None, partition_column=None,
         watermark=lambda: HeuristicWatermark(bound=2 * M),
         stages=(
             StageSpec(f"{name}_s", WindowingStrategy(
