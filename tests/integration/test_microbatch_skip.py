@@ -52,7 +52,7 @@ def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(s
     modules = tmp_path / "modules"
     modules.mkdir()
     (modules / "skip_pipelines.py").write_text(MODULE)
-    sessions_pipeline(PIPELINE, INPUT, value=POISON)  # the same pipeline in this process
+    spec = sessions_pipeline(PIPELINE, INPUT, value=POISON)  # the same pipeline in this process
     warehouse = tmp_path / "wh"
     at = lambda minutes: format_instant(DAY0 + minutes * M)  # noqa: E731
     with in_warehouse(spark, warehouse):
@@ -96,7 +96,7 @@ def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(s
         assert read_table(spark, f"{PIPELINE}__seen_ids").where("event_id IN ('e3', 'e4', 'e99')").count() == 0
         with pytest.raises(DataflowError, match="batch 3 has finished"):
             request_skip(spark, PIPELINE, 3)  # the tick after the skip
-        live = {s.output: _results(spark, s) for s in sessions_pipeline(PIPELINE, INPUT, value=POISON).stages}
+        live = {s.output: _results(spark, s) for s in spec.stages}
 
         oracle = sessions_pipeline("t_skip_oracle", "t_skip_oracle_in")
         write_input(spark, oracle.input_table, FIRST + LATER)
