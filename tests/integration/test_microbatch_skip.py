@@ -15,10 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import format_instant
 from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.jobs.skip import request_skip
 from dataflow_core.spark.platform.tables import read_table, table_path
 from tests.integration.test_backfill import DAY0, M, sessions_pipeline, to_rows, write_input
@@ -73,7 +74,9 @@ def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(s
             run_microbatch(spark, PIPELINE, now=at(20))
         line = str(gone_error.value)
         assert "\n" not in line and "batch 1 cannot be retried" in line, line
-        assert f"--skip-batch 1" in line and f"dataflow reset --pipeline {PIPELINE}" in line, line
+        assert "--skip-batch 1" in line and f"dataflow reset --pipeline {PIPELINE} --abandon-batch 1" in line, line
+        with pytest.raises(PipelineBusy, match="--skip-batch 1"):  # a reset waits for the batch, or its skip
+            reset_pipeline(spark, PIPELINE)
 
         with pytest.raises(DataflowError, match="batch 0 is not its latest batch"):
             request_skip(spark, PIPELINE, 0)

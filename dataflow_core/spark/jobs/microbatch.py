@@ -16,7 +16,8 @@ quarantine bad rows; drop duplicate deliveries (event ids are remembered in
 `<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); advance the watermark estimator; then per stage, on the keys that got data
 or have a timer due (found through the state table's wake-up columns), fire timers,
 deliver elements and move the watermark (`runners.keyed.run_key`); write panes, results and
-state; record the batch as finished with its ledger and watermarks.
+state; record the batch as finished with its ledger and watermarks. A batch the operator
+skips (`--skip-batch`, `jobs.skip`) has its rows quarantined instead, and nothing else.
 
 Exactly once: every write of batch N is a Delta commit under the idempotent key
 (`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
@@ -320,7 +321,8 @@ def _readable(spec: PipelineSpec, rec: BatchRecord) -> Iterator[None]:
             f"pipeline {spec.name!r}: batch {rec.batch} cannot be retried: the table versions it recorded when "
             f"it started ({', '.join(f'{k} v{v}' for k, v in rec.versions.items())}) can no longer be read "
             f"(vacuumed, or the log cleaned: {cause}); skip it (`dataflow microbatch --pipeline {spec.name} "
-            f"--skip-batch {rec.batch}`) or start the live runs afresh (`dataflow reset --pipeline {spec.name}`)"
+            f"--skip-batch {rec.batch}`) or start the live runs afresh (`dataflow reset --pipeline {spec.name} "
+            f"--abandon-batch {rec.batch}`)"
         ) from None
 
 

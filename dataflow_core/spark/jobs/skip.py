@@ -14,7 +14,7 @@ finished by the next run like any batch.
 Only a batch that wrote none of its stages' output can be skipped whole: the failed attempts
 may have quarantined rows and remembered ids (the skip forgets those ids again: the rows are
 not counted), but a batch that committed a stage's panes or state before failing has half
-happened, and only `dataflow reset` undoes it.
+happened: `dataflow reset --abandon-batch N` starts the live runs afresh past it.
 """
 
 from __future__ import annotations
@@ -93,7 +93,8 @@ def refuse_if_partly_written(spark: "SparkSession", spec: PipelineSpec, batch: i
         if written:
             raise DataflowError(
                 f"pipeline {spec.name!r}: batch {batch} already wrote {written} before it failed, so it cannot be "
-                f"skipped whole; start the live runs afresh (`dataflow reset --pipeline {spec.name}`) and backfill"
+                f"skipped whole; start the live runs afresh (`dataflow reset --pipeline {spec.name} --abandon-batch "
+                f"{batch}`) and backfill"
             )
 
 
