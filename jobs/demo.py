@@ -180,7 +180,7 @@ def _run(args: argparse.Namespace) -> int:
     for line in [
         f"warehouse {root} (plain Delta tables; any Delta reader can open them):",
         "  video_events                  the input (partitioned by event_date)",
-        "  video_events_quarantine       bad rows, with quarantine_reason, pipeline and run_id",
+        "  billing__quarantine, ad_sessions__quarantine  bad rows per pipeline, with quarantine_reason and run_id",
         "  billing, billing_panes        results per ad and hour; every pane emitted",
         "  ad_sessions, ad_sessions_panes          sessions per user and ad (with retractions)",
         "  ad_short_sessions, ad_short_sessions_panes  short sessions per ad",
@@ -200,7 +200,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 DEMO_TABLES = (
-    "video_events_quarantine", "billing", "billing_panes", "ad_sessions", "ad_sessions_panes",
+    "billing__quarantine", "ad_sessions__quarantine", "billing", "billing_panes", "ad_sessions", "ad_sessions_panes",
     "ad_short_sessions", "ad_short_sessions_panes", "ad_sessions__state", "ad_short_sessions__state",
     "ad_sessions__seen_ids", "dataflow_runs", "dataflow_watermarks", "dataflow_batches", "_dataflow_checkpoints",
     "billing__corrections", "ad_sessions__corrections", "ad_short_sessions__corrections",

@@ -1,5 +1,6 @@
 """`dataflow microbatch`: the live half. One run takes every input row committed since the
-last batch (exactly once, crash-safe, fenced); `--loop EVERY` keeps going until stopped."""
+last batch (exactly once, crash-safe, fenced); `--loop EVERY` keeps going until stopped;
+`--skip-batch N` first gets the pipeline past a batch that fails on every retry."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
     p.add_argument("--now", default=None, help="processing time of the batch (default: the clock)")
     p.add_argument("--loop", default=None, metavar="EVERY", help="run a batch every EVERY (e.g. 1m) until stopped")
+    p.add_argument("--skip-batch", type=int, default=None, metavar="N",
+                   help="the latest batch N failed and fails again on every retry: quarantine its rows with "
+                        "--reason instead of processing them, then run as usual")
+    p.add_argument("--reason", default="", help="why batch N is skipped (kept with its quarantined rows)")
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
@@ -41,6 +46,8 @@ def run(args: argparse.Namespace) -> int:
             raise DataflowError(f"--loop: {exc}") from None
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
+    if args.reason and args.skip_batch is None:
+        raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
     from dataflow_core.errors import BUSY_EXIT, PipelineBusy
     from dataflow_core.spark.jobs.microbatch import run_microbatch
     from dataflow_core.spark.sinks.runs import Ledger
@@ -52,6 +59,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"[microbatch {time.monotonic() - started:6.1f}s] {message}", flush=True)
 
     spark = get_spark(f"dataflow-microbatch-{args.pipeline}", master=args.master, warehouse=args.warehouse)
+    if args.skip_batch is not None:
+        from dataflow_core.spark.jobs.skip import request_skip
+
+        say(request_skip(spark, args.pipeline, args.skip_batch, args.reason))
     while True:
         try:
             result = run_microbatch(spark, args.pipeline, now=args.now, progress=say)

@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
     p.add_argument("--drop-outputs", action="store_true", help="delete the stages' pane logs and results too")
+    p.add_argument("--abandon-batch", type=int, default=None, metavar="N",
+                   help="reset even though micro-batch N has not finished: it fails on every retry and cannot be "
+                        "skipped (--skip-batch refused it); make sure no run of the pipeline is going")
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
@@ -35,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     spark = get_spark(f"dataflow-reset-{args.pipeline}", master=args.master, warehouse=args.warehouse)
     try:
         reset_pipeline(spark, args.pipeline, drop_outputs=args.drop_outputs,
-                       progress=lambda m: print(f"dataflow reset: {m}", flush=True))
+                       progress=lambda m: print(f"dataflow reset: {m}", flush=True), abandon=args.abandon_batch)
     except PipelineBusy as exc:
         print(f"dataflow reset: {exc}", flush=True)
         return BUSY_EXIT

@@ -213,11 +213,11 @@ def gate_input(
     docs_dir: str | os.PathLike[str] | None = None,
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
-    `<input>_quarantine` (same row ids as the backfill's, so a row is there once)."""
+    `<pipeline>__quarantine` (same row ids as the backfill's, so a row is there once)."""
     from pyspark.sql import functions as F
 
     from dataflow_core.quality.split import failed_rules
-    from dataflow_core.spark.sinks.quarantine import write_quarantine
+    from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 
     spec = _spec(pipeline)
     rules = input_rules(spec)
@@ -238,7 +238,7 @@ def gate_input(
     finally:
         frame.unpersist()
     notes = (f"range [{_iso(start)}, {_iso(end)}) of table {spec.input_table}",)
-    return GateOutcome("input", spec.input_table, report, n, quarantined, f"{spec.input_table}_quarantine", notes)
+    return GateOutcome("input", spec.input_table, report, n, quarantined, quarantine_table(spec), notes)
 
 
 def _iso(value) -> str:

@@ -37,7 +37,7 @@ def ts(ms: int | None) -> dt.datetime | None:
     return None if ms is None else dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
 
-def sessions_pipeline(name: str, table: str, retracting: bool = True) -> PipelineSpec:
+def sessions_pipeline(name: str, table: str, retracting: bool = True, value: str = "try_cast(v AS BIGINT)") -> PipelineSpec:
     """The shape of ad_sessions, at a scale small inputs exercise: 5-minute gaps."""
     gap = 5 * M
 
@@ -46,7 +46,7 @@ def sessions_pipeline(name: str, table: str, retracting: bool = True) -> Pipelin
 
     return register(PipelineSpec(
         name=name, input_table=table, key={"user_id": "user_id", "ad_id": "ad_id"},
-        value="try_cast(v AS BIGINT)", quality_suite=None, partition_column=None,
+        value=value, quality_suite=None, partition_column=None,
         watermark=lambda: HeuristicWatermark(bound=2 * M),
         stages=(
             StageSpec(f"{name}_s", WindowingStrategy(
@@ -291,7 +291,7 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_ledger_balances(spark):
     ]
     write_input(spark, spec.input_table, rows)
     result = run_backfill(spark, name, "2024-05-01", "2024-05-02")
-    q = {r["event_id"]: r["quarantine_reason"] for r in read_table(spark, f"{spec.input_table}_quarantine").collect()}
+    q = {r["event_id"]: r["quarantine_reason"] for r in read_table(spark, f"{spec.name}__quarantine").collect()}
     assert q == {"nokey": "key_ad_id_not_null", "notime": "event_time_not_null",
                  "future": "event_time_beyond_skew", "badval": "value_invalid"}
     assert {k: result.ledger[k] for k in ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late")} == {
@@ -299,4 +299,4 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_ledger_balances(spark):
     [row] = read_table(spark, spec.stages[0].output).collect()
     assert row["value"] == 12
     run_backfill(spark, name, "2024-05-01", "2024-05-02")
-    assert read_table(spark, f"{spec.input_table}_quarantine").count() == 4, "re-runs quarantine a row once"
+    assert read_table(spark, f"{spec.name}__quarantine").count() == 4, "re-runs quarantine a row once"

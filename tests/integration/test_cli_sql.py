@@ -155,8 +155,8 @@ TABLE_KINDS = {  # kind -> table (and a query that aggregates it)
                            "GROUP BY ad_id ORDER BY ad_id LIMIT 5"),
     "live state": ("ad_sessions__state", "SELECT count(*) AS n, min(wake_timer) AS w FROM ad_sessions__state"),
     "seen ids": ("ad_sessions__seen_ids", "SELECT count(*) AS n FROM ad_sessions__seen_ids"),
-    "input quarantine": ("video_events_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
-                                                    "video_events_quarantine GROUP BY quarantine_reason ORDER BY 1"),
+    "input quarantine": ("billing__quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
+                                                    "billing__quarantine GROUP BY quarantine_reason ORDER BY 1"),
     "pane quarantine": ("billing_panes_quarantine", "SELECT quarantine_reason, count(*) AS n FROM "
                                                     "billing_panes_quarantine GROUP BY quarantine_reason ORDER BY 1"),
     "runs": ("dataflow_runs", "SELECT pipeline, status, count(*) AS n FROM dataflow_runs GROUP BY pipeline, status "

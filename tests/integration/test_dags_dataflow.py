@@ -148,8 +148,8 @@ def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(airflow_h
     assert _dag_run_state(out) == "failed"
     failed = next(line for line in out.splitlines() if "FAILED: input gate on video_events FAILED" in line)
     assert re.search(r"user_id_not_null \(\d+ of \d+ rows\)", failed)
-    assert re.search(r"[\d,]+ rows quarantined in video_events_quarantine", failed)
-    quarantine = DeltaTable(str(bad / "video_events_quarantine")).to_pyarrow_table().to_pylist()
+    assert re.search(r"[\d,]+ rows quarantined in billing__quarantine", failed)
+    quarantine = DeltaTable(str(bad / "billing__quarantine")).to_pyarrow_table().to_pylist()
     assert len(quarantine) > 20
     assert {r["pipeline"] for r in quarantine} == {"billing"}
     assert any("user_id_not_null" in r["quarantine_reason"] for r in quarantine)

@@ -200,12 +200,12 @@ def test_input_gate_passes_a_normal_sample_and_quarantines_its_bad_rows(spark, w
     assert outcome.rows > 100
     assert outcome.report.failed_rules == ()
     assert 0 < outcome.quarantined < 0.02 * outcome.rows  # bad rows go, the gate still passes
-    quarantine = read_table(spark, "video_events_quarantine")
+    quarantine = read_table(spark, "billing__quarantine")
     assert quarantine.count() == outcome.quarantined
     assert set(quarantine.columns) >= {"quarantine_reason", "pipeline", "run_id", "quarantined_at", "row_id"}
     # The same gate again finds the rows already quarantined (same row ids): nothing added.
     again = gate_input(spark, "billing", "2024-05-01", "2024-05-02", "gate-6", docs_dir=wh / "docs")
-    assert read_table(spark, "video_events_quarantine").count() == outcome.quarantined == again.quarantined
+    assert read_table(spark, "billing__quarantine").count() == outcome.quarantined == again.quarantined
 
 
 def test_input_gate_fails_a_bad_input_with_the_summary(spark, wh):
@@ -218,9 +218,9 @@ def test_input_gate_fails_a_bad_input_with_the_summary(spark, wh):
     assert {"user_id_not_null", "watch_seconds_non_negative"} <= failed
     assert "event_time_is_timestamp" not in failed
     summary = outcome.summary()
-    assert "input gate on video_events FAILED" in summary and "rows quarantined in video_events_quarantine" in summary
+    assert "input gate on video_events FAILED" in summary and "rows quarantined in billing__quarantine" in summary
     assert outcome.quarantined > 0.1 * outcome.rows
-    reasons = {r["quarantine_reason"] for r in read_table(spark, "video_events_quarantine").collect()}
+    reasons = {r["quarantine_reason"] for r in read_table(spark, "billing__quarantine").collect()}
     assert "watch_seconds_non_negative" in reasons
 
 

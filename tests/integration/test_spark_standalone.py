@@ -186,7 +186,7 @@ TABLES = {
     "ad_sessions_panes": ("run_id",),
     "ad_short_sessions": ("run_id",),
     "ad_short_sessions_panes": ("run_id",),
-    "video_events_quarantine": ("run_id", "quarantined_at"),
+    "billing__quarantine": ("run_id", "quarantined_at"),
 }
 # `python -m dataflow_core backfill ARGS` for each ARGS in turn, in one process: one Spark
 # application (and one set of executors) for the three runs instead of three.

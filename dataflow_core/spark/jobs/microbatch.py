@@ -16,7 +16,8 @@ quarantine bad rows; drop duplicate deliveries (event ids are remembered in
 `<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); advance the watermark estimator; then per stage, on the keys that got data
 or have a timer due (found through the state table's wake-up columns), fire timers,
 deliver elements and move the watermark (`runners.keyed.run_key`); write panes, results and
-state; record the batch as finished with its ledger and watermarks.
+state; record the batch as finished with its ledger and watermarks. A batch the operator
+skips (`--skip-batch`, `jobs.skip`) has its rows quarantined instead, and nothing else.
 
 Exactly once: every write of batch N is a Delta commit under the idempotent key
 (`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
@@ -42,8 +43,9 @@ import json
 import threading
 import time
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant, format_instant, format_watermark
@@ -56,6 +58,7 @@ from dataflow_core.spark.execute.take_over import taken_over_states
 from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
+from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
@@ -214,7 +217,8 @@ def _begin(
                 "the stream delivers now; its checkpoint and dataflow_batches disagree"
             )
         rec = BatchRecord(latest["batch"], stream_batch, latest["now_ms"], json.loads(latest["versions"]),
-                          attempt=(latest.get("attempt") or 0) + 1, token=token, stream_id=stream_id)
+                          attempt=(latest.get("attempt") or 0) + 1, token=token, stream_id=stream_id,
+                          skip=latest["skip"])
         if rec.attempt >= ATTEMPTS:
             raise DataflowError(f"pipeline {spec.name!r}: batch {rec.batch} was attempted {ATTEMPTS} times; giving up")
         claim(spark, spec, rec)
@@ -264,6 +268,23 @@ def _process(
         fence(spark, spec, rec)
         return f"dataflow:{spec.name}:{table}", rec.batch
 
+    if rec.skip is not None:
+        ledger = skip_batch(spark, spec, rows, rec, prev, txn, say)
+    else:
+        with _readable(spec, rec):
+            ledger = _compute(spark, spec, rows, rec, prev, txn, say)
+    crash_point("before-finish")
+    fence(spark, spec, rec)
+    append_record(spark, spec, rec, "finished", ledger)
+    return rec, ledger
+
+
+def _compute(spark, spec: PipelineSpec, rows, rec: BatchRecord, prev: dict | None, txn, say) -> Ledger:
+    """The batch's processing (steps 2 to 5 of the module docstring); sets the watermarks
+    and estimator to record on `rec`, returns the ledger."""
+    if rec.attempt:
+        for name, version in rec.versions.items():
+            read_as_of(spark, name, version)  # a retry whose versions are gone fails here, before any work
     prev_wms = json.loads(prev["watermarks"]) if prev else {}
     estimator = spec.watermark()
     if prev and prev.get("estimator_state"):
@@ -280,10 +301,32 @@ def _process(
     if els is not None:
         els.unpersist()
     rec.estimator = estimator
-    crash_point("before-finish")
-    fence(spark, spec, rec)
-    append_record(spark, spec, rec, "finished", ledger)
-    return rec, ledger
+    return ledger
+
+
+UNREADABLE = ("DELTA_VERSION_NOT_FOUND", "VersionNotFound", "Cannot time travel", "FileNotFoundException",
+              "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND")
+"""What Spark and Delta say when a version or a data file of a table is gone (log cleaned, VACUUM)."""
+
+
+@contextmanager
+def _readable(spec: PipelineSpec, rec: BatchRecord) -> Iterator[None]:
+    """A batch whose recorded versions can no longer be read (left unfinished for longer
+    than VACUUM's retention or the log's) fails with one line naming it and the way out."""
+    try:
+        yield
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        if not any(m in text for m in UNREADABLE):
+            raise
+        cause = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
+        raise DataflowError(
+            f"pipeline {spec.name!r}: batch {rec.batch} cannot be retried: the table versions it recorded when "
+            f"it started ({', '.join(f'{k} v{v}' for k, v in rec.versions.items())}) can no longer be read "
+            f"(vacuumed, or the log cleaned: {cause}); skip it (`dataflow microbatch --pipeline {spec.name} "
+            f"--skip-batch {rec.batch}`) or start the live runs afresh (`dataflow reset --pipeline {spec.name} "
+            f"--abandon-batch {rec.batch}`)"
+        ) from None
 
 
 def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant, ledger: Ledger, txn):

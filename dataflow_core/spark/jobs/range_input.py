@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import EventRange, count_rows, quarantined, read_rows, tag_rows
-from dataflow_core.spark.sinks.quarantine import write_quarantine
+from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger, Run
 
 if TYPE_CHECKING:
@@ -25,5 +25,5 @@ def read_range(
     if counts.quarantined:
         write_quarantine(spark, spec, quarantined(core), run.run_id)
     say(f"read {counts.read:,} rows of {spec.input_table} in the range, {counts.quarantined:,} quarantined "
-        f"(table {spec.input_table}_quarantine)")
+        f"(table {quarantine_table(spec)})")
     return tagged

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.errors import PipelineBusy
 from dataflow_core.pipelines import get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
-from dataflow_core.spark.sinks.batches import checkpoint_path, mark_reset, records
+from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
@@ -27,16 +27,20 @@ if TYPE_CHECKING:
 
 def reset_pipeline(
     spark: "SparkSession", pipeline: str, drop_outputs: bool = False, progress: Callable[[str], None] | None = None,
+    abandon: int | None = None,
 ) -> list[str]:
     """Reset `pipeline` (see the module docstring); returns what was deleted. Refused while
-    a run holds the pipeline."""
+    a run holds the pipeline, unless the operator abandons that unfinished micro-batch by its
+    number (`abandon`: it fails on every retry and cannot be skipped; no run of it may be going)."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     known = records(spark, spec)
-    if known and known[0]["status"] == "started":
+    abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
+    if known and known[0]["status"] == "started" and not abandoned:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: batch {known[0]['batch']} has not finished (running, or crashed: "
-            "run it again to finish it); reset refused, nothing deleted"
+            "run it again to finish it, or skip it: `dataflow microbatch --pipeline "
+            f"{spec.name} --skip-batch {known[0]['batch']}`); reset refused, nothing deleted"
         )
     tables = [seen_table(spec)] + [t for s in spec.stages for t in (state_table(s), plan_table(s))]
     if drop_outputs:

@@ -6,6 +6,8 @@ Each attempt at batch N claims it with a `started` row under the idempotent key
 same attempt exactly one commits; a later attempt supersedes an earlier one, which checks
 (`fence`) before each of its commits. A `finished` row records the batch's ledger, the
 watermarks after it and what the watermark estimator has learnt (JSON data, not a pickle).
+A `skip` row (one per batch, idempotent key `...:batches:skip`, N) is an operator's request
+that the unfinished batch N be skipped (`dataflow microbatch --skip-batch`), with the reason.
 """
 
 from __future__ import annotations
@@ -29,13 +31,16 @@ BATCHES_TABLE = "dataflow_batches"
 BATCHES_SCHEMA = (
     "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
     "recorded_at timestamp, versions string, watermarks string, estimator_state string, ledger string, "
-    "attempt int, run_token string, stream_id string, holder string"
+    "attempt int, run_token string, stream_id string, holder string, reason string"
 )
 MICROBATCH = "microbatch"
 RESET = "reset"
 """Status of the row `dataflow reset` appends: the pipeline's live history starts afresh
 after it. Batch numbers go on from it (never reused), so no idempotent write of a later
 batch is mistaken for one of an earlier life of the pipeline."""
+SKIP = "skip"
+"""Status of an operator's request to skip an unfinished batch; `records` folds it into the
+batch's other records (key `skip`: the reason), so it is never a batch's latest record."""
 ATTEMPTS = 1000
 """Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
 
@@ -52,6 +57,7 @@ class BatchRecord:
     watermarks: dict[str, Instant] = field(default_factory=dict)
     estimator: Any = None  # the watermark estimator after the batch (or its state, as JSON text)
     holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
+    skip: str | None = None  # the operator's reason when this batch is skipped (its rows quarantined)
 
 
 def checkpoint_path(spark: "SparkSession", pipeline: str) -> str:
@@ -70,20 +76,29 @@ def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
 
 
 def records(spark, spec: PipelineSpec) -> list[dict]:
-    """The newest records: per batch 'finished' first, then attempts newest first; a
-    'reset' row ends the list (what came before it is another life of the pipeline)."""
+    """The records of the last two batches (so the last finished one is among them, however
+    many attempts the latest took): per batch 'finished' first, then attempts newest first;
+    a 'reset' row ends the list (what came before it is another life of the pipeline). A
+    skip request is no record of its own: each record of its batch carries its reason
+    (`skip`, None when not requested)."""
     from pyspark.sql import functions as F
 
     batches = batch_rows(spark, spec)
     if batches is None:
         return []
+    top = batches.agg(F.max("batch").alias("b")).first()["b"]
+    if top is None:
+        return []
     attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
-    rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
+    rows = batches.where(F.col("batch") >= F.lit(top - 1)).withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
         F.col("batch").desc(), F.col("status").asc(), F.col("_attempt").desc()
-    ).limit(4).collect()
+    ).collect()
+    skips = {r["batch"]: r["reason"] or "" for r in rows if r["status"] == SKIP}
     out = []
     for r in rows:
-        out.append(r.asDict())
+        if r["status"] == SKIP:
+            continue
+        out.append({**r.asDict(), "skip": skips.get(r["batch"])})
         if r["status"] == RESET:
             break
     return out
@@ -112,6 +127,7 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
         rec.estimator if isinstance(rec.estimator, str) or rec.estimator is None else json.dumps(rec.estimator.to_state()),
         json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id, rec.holder,
+        rec.skip,
     )
     version = rec.batch * ATTEMPTS + rec.attempt if status == "started" else rec.batch
     append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA),

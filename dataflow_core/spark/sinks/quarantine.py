@@ -1,7 +1,8 @@
-"""`<input>_quarantine`: the input rows a pipeline refused, each with its reasons.
+"""`<pipeline>__quarantine`: the input rows a pipeline refused, each with its reasons.
 
-One writer for backfills, micro-batches and the input gate. Each row is kept once per
-pipeline (`row_id`), whatever the retries; columns added to the input later are added to
+One table per pipeline (two pipelines of one input never write the same table, so their
+MERGEs cannot conflict), one writer for backfills, micro-batches and the input gate. Each
+row is kept once (`row_id`), whatever the retries; columns added to the input later are added to
 the table (schema evolution), so a changed input never wedges a run.
 """
 
@@ -20,14 +21,14 @@ if TYPE_CHECKING:
 
 
 def quarantine_table(spec: PipelineSpec) -> str:
-    return f"{spec.input_table}_quarantine"
+    return f"{spec.name}__quarantine"
 
 
 def write_quarantine(
     spark: "SparkSession", spec: PipelineSpec, bad: "DataFrame", run_id: str, txn: Txn | None = None
 ) -> None:
-    """Bad rows (input columns and `quarantine_reason`) into `<input>_quarantine`, each row
-    once per pipeline (`row_id`), whatever the retries."""
+    """Bad rows (input columns and `quarantine_reason`) into `<pipeline>__quarantine`, each
+    row once (`row_id`), whatever the retries."""
     from pyspark.sql import functions as F
 
     name = quarantine_table(spec)

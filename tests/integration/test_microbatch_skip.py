@@ -1,0 +1,135 @@
+"""A poison batch: a row whose value expression raises fails its batch on every retry; a
+batch whose recorded versions are gone fails with one line; the operator skips the batch
+with `dataflow microbatch --skip-batch` (a real process), the pipeline carries on, the
+skipped rows are quarantined with the reason and the ledger balances; results equal a
+recomputation without them. Also: a column added to the input reaches the quarantine."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.model.time import format_instant
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.jobs.reset import reset_pipeline
+from dataflow_core.spark.jobs.skip import request_skip
+from dataflow_core.spark.platform.tables import read_table, table_path
+from tests.integration.test_backfill import DAY0, M, sessions_pipeline, to_rows, write_input
+from tests.integration.test_microbatch import in_warehouse
+
+REPO = Path(__file__).resolve().parents[2]
+PIPELINE, INPUT = "t_skip", "t_skip_in"
+POISON = "CASE WHEN v = 'boom' THEN raise_error('poison row') ELSE try_cast(v AS BIGINT) END"
+MODULE = f"from tests.integration.test_backfill import sessions_pipeline\nsessions_pipeline({PIPELINE!r}, {INPUT!r}, value={POISON!r})\n"
+VIEWS = [("u1", "ad1", 1, 60, 5, False), ("u1", "ad1", 1, 120, 5, False), ("u2", "ad2", 1, 300, 5, False),  # batch 0
+         ("u1", "ad1", 1, 400, 200, False), ("u3", "ad1", 1, 500, 110, False),  # batch 1, with the poison row
+         ("u1", "ad1", 1, 700, 300, False), ("u2", "ad2", 1, 650, 400, False)]  # after the skip
+ROWS = to_rows(VIEWS)
+FIRST, SKIPPED, LATER = ROWS[:3], ROWS[3:5], ROWS[5:]
+
+
+def _skip_cli(warehouse: Path, modules: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
+           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "skip_pipelines"}
+    env.pop(CRASH_ENV, None)
+    return subprocess.run([sys.executable, "-m", "dataflow_core", "microbatch", "--pipeline", PIPELINE, *args],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+
+
+def _batches(spark, batch: int) -> list[dict]:
+    return [r.asDict() for r in read_table(spark, "dataflow_batches").where(
+        f"pipeline = '{PIPELINE}' AND batch = {batch}").orderBy("status", "attempt").collect()]
+
+
+def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(spark, tmp_path):
+    modules = tmp_path / "modules"
+    modules.mkdir()
+    (modules / "skip_pipelines.py").write_text(MODULE)
+    spec = sessions_pipeline(PIPELINE, INPUT, value=POISON)  # the same pipeline in this process
+    warehouse = tmp_path / "wh"
+    at = lambda minutes: format_instant(DAY0 + minutes * M)  # noqa: E731
+    with in_warehouse(spark, warehouse):
+        write_input(spark, INPUT, FIRST)
+        assert run_microbatch(spark, PIPELINE, now=at(10)).ledger_ok
+        poison = ("e99", "u4", "ad2", "boom", DAY0 + 450_000, DAY0 + 460_000)
+        write_input(spark, INPUT, SKIPPED + [poison], mode="append")
+        for _ in range(2):  # every retry fails the same way: the claim pins the batch
+            with pytest.raises(Exception, match="poison row"):
+                run_microbatch(spark, PIPELINE, now=at(20))
+        assert [(r["status"], r["attempt"]) for r in _batches(spark, 1)] == [("started", 0), ("started", 1)]
+
+        # A retry whose recorded versions are gone (vacuumed, log cleaned): one line, the way out.
+        batches = table_path(spark, "dataflow_batches")
+        gone = json.dumps({f"{PIPELINE}__seen_ids": 999, f"{PIPELINE}_s__state": 998, f"{PIPELINE}_short__state": 997})
+        spark.sql(f"UPDATE delta.`{batches}` SET versions = '{gone}' WHERE pipeline = '{PIPELINE}' AND batch = 1")
+        with pytest.raises(DataflowError) as gone_error:
+            run_microbatch(spark, PIPELINE, now=at(20))
+        line = str(gone_error.value)
+        assert "\n" not in line and "batch 1 cannot be retried" in line, line
+        assert "--skip-batch 1" in line and f"dataflow reset --pipeline {PIPELINE} --abandon-batch 1" in line, line
+        with pytest.raises(PipelineBusy, match="--skip-batch 1"):  # a reset waits for the batch, or its skip
+            reset_pipeline(spark, PIPELINE)
+
+        with pytest.raises(DataflowError, match="batch 0 is not its latest batch"):
+            request_skip(spark, PIPELINE, 0)
+        write_input(spark, INPUT, LATER, mode="append")  # arrives before the operator steps in
+
+    skipped = _skip_cli(warehouse, modules, "--skip-batch", "1", "--reason", "a value that raises", "--now", at(30))
+    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
+    assert "batch 1 skipped by the operator: 3 rows quarantined" in skipped.stdout, skipped.stdout
+
+    with in_warehouse(spark, warehouse):
+        assert run_microbatch(spark, PIPELINE, now=at(120)).ledger_ok  # a tick: every window closes
+        finished = [r for r in _batches(spark, 1) if r["status"] == "finished"]
+        ledger = json.loads(finished[0]["ledger"])
+        assert (ledger["read"], ledger["quarantined"], ledger["accepted"], ledger["balanced"]) == (3, 3, 0, True)
+        assert [r["reason"] for r in _batches(spark, 1) if r["status"] == "skip"] == ["a value that raises"]
+        assert "finished" in [r["status"] for r in _batches(spark, 2)], "the later rows ran as batch 2"
+        quarantine = read_table(spark, f"{PIPELINE}__quarantine").collect()
+        assert sorted(r["event_id"] for r in quarantine) == sorted(r[0] for r in SKIPPED + [poison])
+        assert {r["quarantine_reason"] for r in quarantine} == {"batch 1 skipped by operator: a value that raises"}
+        assert read_table(spark, f"{PIPELINE}__seen_ids").where("event_id IN ('e3', 'e4', 'e99')").count() == 0
+        with pytest.raises(DataflowError, match="batch 3 has finished"):
+            request_skip(spark, PIPELINE, 3)  # the tick after the skip
+        live = {s.output: _results(spark, s) for s in spec.stages}
+
+        oracle = sessions_pipeline("t_skip_oracle", "t_skip_oracle_in")
+        write_input(spark, oracle.input_table, FIRST + LATER)
+        run_backfill(spark, oracle.name, "2024-05-01", "2024-05-02", now=at(120))
+        for got, want in zip(live, oracle.stages):
+            assert live[got] == _results(spark, want), got
+
+
+def _results(spark, stage) -> Counter:
+    cols = [*stage.key_columns, "window_start", "window_end", "value"]
+    return Counter(tuple(r) for r in read_table(spark, stage.output).select(*cols).collect())
+
+
+def test_a_column_added_to_the_input_reaches_the_quarantine(spark, tmp_path):
+    """Delta lets the input gain a column; a micro-batch's bad rows keep it in the quarantine."""
+    from pyspark.sql import functions as F
+
+    spec = sessions_pipeline("t_skip_cols", "t_skip_cols_in")
+    with in_warehouse(spark, tmp_path / "wh"):
+        write_input(spark, spec.input_table, to_rows([("u1", "ad1", 1, 60, 5, False)]) + [
+            ("e9", "u1", "ad1", "not a number", DAY0, DAY0 + 1000)])
+        assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 10 * M)).ledger["quarantined"] == 1
+        more = spark.createDataFrame(
+            [("e10", "u2", "ad1", "nan?", DAY0 + 60_000, DAY0 + 61_000, "ios")],
+            "event_id string, user_id string, ad_id string, v string, event_ms bigint, ingest_ms bigint, device string",
+        ).select("event_id", "user_id", "ad_id", "v", F.timestamp_millis("event_ms").alias("event_time"),
+                 F.timestamp_millis("ingest_ms").alias("ingest_time"), "device")
+        more.write.format("delta").mode("append").option("mergeSchema", "true").save(
+            table_path(spark, spec.input_table))
+        result = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 20 * M))
+        assert result.ledger_ok and result.ledger["quarantined"] == 1, result.ledger
+        rows = {r["event_id"]: r for r in read_table(spark, f"{spec.name}__quarantine").collect()}
+        assert rows["e10"]["device"] == "ios" and rows["e9"]["device"] is None
