@@ -13,8 +13,9 @@ window's history).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import (
@@ -32,6 +33,9 @@ from dataflow_core.model.triggers import (
 )
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
+
+if TYPE_CHECKING:
+    from dataflow_core.model.lifting import Combined
 
 __all__ = ["Correction", "Corrected", "Element", "KeyedWindowSet", "OnTime", "WindowState"]
 
@@ -67,8 +71,30 @@ class Corrected:
     results: list[tuple[Window, Pane | None, Any]] = field(default_factory=list)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _changes_windows(method: _F) -> _F:
+    """Marks a method that changes the key's windows: what `next_processing_timer`,
+    `next_watermark_deadline` and `output_hold` cached is forgotten (a runner asks them
+    several times between two changes)."""
+
+    @functools.wraps(method)
+    def changing(self: "KeyedWindowSet", *args: Any, **kwargs: Any) -> Any:
+        self._cached = {}
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._cached = {}
+
+    return changing  # type: ignore[return-value]
+
+
 class KeyedWindowSet:
-    """All windows of one key under one `WindowingStrategy`."""
+    """All windows of one key under one `WindowingStrategy`.
+
+    Every method that changes `windows` is marked `_changes_windows` (code outside this
+    class only fills `windows` of a new set, before asking anything)."""
 
     def __init__(self, key: Hashable, strategy: WindowingStrategy):
         self.key = key
@@ -76,9 +102,11 @@ class KeyedWindowSet:
         self.windows: dict[Window, WindowState] = {}
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
+        self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
 
     # --- input ------------------------------------------------------------------
 
+    @_changes_windows
     def add_bundle(self, elements: Iterable[Element], at: Instant, watermark: Instant) -> list[Pane]:
         """Elements that arrived together at processing time `at` (rule 3)."""
         s = self.strategy
@@ -104,6 +132,36 @@ class KeyedWindowSet:
                 s.trigger.on_element(ws.trigger, self._ctx(ws.window, at, watermark), el.value, el.timestamp)
                 touched.add(ws.window)
             self.dropped_elements += not taken
+        return self._evaluate(touched, at, watermark)
+
+    @_changes_windows
+    def add_combined(self, parts: Iterable["Combined"], at: Instant, watermark: Instant) -> list[Pane]:
+        """A bundle pre-combined per window before merging (`model.lifting`): the same panes,
+        state and drop counts as `add_bundle` of its elements, for a strategy that `lifts`
+        (one window per element, not merging; a summarizable trigger)."""
+        s = self.strategy
+        touched: set[Window] = set()
+        for part in parts:
+            w = part.window
+            if s.is_late(w, watermark) or (w in self.windows and self.windows[w].closed):
+                self.dropped += part.count  # one window per element: the element is dropped
+                self.dropped_elements += part.count
+                continue
+            ws = self._place(w, at, watermark, touched)
+            if part.retraction:
+                ws.acc = s.combiner.retract_accumulator(ws.acc, part.acc)
+            else:
+                ws.acc = s.combiner.merge_accumulators([ws.acc, part.acc])
+            ws.pending += part.count
+            ws.ts_min = part.earliest if ws.ts_min is None else min(ws.ts_min, part.earliest)
+            ws.ts_max = part.latest if ws.ts_max is None else max(ws.ts_max, part.latest)
+            s.trigger.on_elements(ws.trigger, self._ctx(ws.window, at, watermark), part.count, part.earliest, part.latest)
+            touched.add(ws.window)
+        return self._evaluate(touched, at, watermark)
+
+    def _evaluate(self, touched: set[Window], at: Instant, watermark: Instant) -> list[Pane]:
+        """Rule 3: data-driven triggers of the windows a bundle touched, once for the bundle."""
+        s = self.strategy
         panes: list[Pane] = []
         for w in self._ordered(touched):
             ws = self.windows.get(w)
@@ -180,11 +238,18 @@ class KeyedWindowSet:
     # --- time -------------------------------------------------------------------
 
     def next_processing_timer(self) -> Instant | None:
-        return _least(ws.processing_timer for ws in self.windows.values())
+        if "timer" not in self._cached:
+            self._cached["timer"] = _least(ws.processing_timer for ws in self.windows.values())
+        return self._cached["timer"]
 
     def next_watermark_deadline(self, watermark: Instant) -> Instant | None:
         """The least watermark at which `advance_watermark` has something to do for this key:
         a window end to pass, an event-time timer, or a garbage collection."""
+        if ("deadline", watermark) not in self._cached:
+            self._cached["deadline", watermark] = self._watermark_deadline(watermark)
+        return self._cached["deadline", watermark]
+
+    def _watermark_deadline(self, watermark: Instant) -> Instant | None:
         s = self.strategy
         times: list[Instant] = []
         for ws in self.windows.values():
@@ -195,6 +260,7 @@ class KeyedWindowSet:
                 times.append(ws.window.end)
         return min(times, default=None)
 
+    @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
         trig = self.strategy.trigger
@@ -210,6 +276,7 @@ class KeyedWindowSet:
             self._refresh_timers(ws)
         return panes
 
+    @_changes_windows
     def advance_watermark(self, old: Instant, new: Instant, at: Instant) -> list[Pane]:
         """Rule 4: windows whose end the watermark passed come due; expired ones are collected."""
         s = self.strategy
@@ -245,6 +312,11 @@ class KeyedWindowSet:
     def output_hold(self, input_watermark: Instant) -> Instant:
         """The least timestamp a future on-time or early pane of this key may carry, so that
         a downstream stage's watermark waits for it (end of time when nothing is pending)."""
+        if ("hold", input_watermark) not in self._cached:
+            self._cached["hold", input_watermark] = self._output_hold(input_watermark)
+        return self._cached["hold", input_watermark]
+
+    def _output_hold(self, input_watermark: Instant) -> Instant:
         holds = []
         for ws in self.windows.values():
             if ws.closed or (ws.on_time is OnTime.DONE and ws.window.end <= input_watermark):
@@ -257,6 +329,7 @@ class KeyedWindowSet:
 
     # --- corrections --------------------------------------------------------------
 
+    @_changes_windows
     def correct(
         self, corrections: Sequence[Correction], at: Instant, watermark: Instant,
         elements: Iterable[Element] | None = None,
