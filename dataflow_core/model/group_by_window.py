@@ -28,8 +28,7 @@ from dataflow_core.model.triggers import (
     TriggerContext,
     deliver_event_timers,
     deliver_processing_timers,
-    next_event_timer,
-    next_processing_timer,
+    next_timers,
 )
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
@@ -174,9 +173,7 @@ class KeyedWindowSet:
 
     def _refresh_timers(self, ws: WindowState) -> None:
         """Caches the window's earliest timers so that runners need not walk trigger trees."""
-        trig = self.strategy.trigger
-        ws.processing_timer = None if ws.closed else next_processing_timer(trig, ws.trigger)
-        ws.event_timer = None if ws.closed else next_event_timer(trig, ws.trigger)
+        ws.processing_timer, ws.event_timer = (None, None) if ws.closed else next_timers(ws.trigger)
 
     def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
         """The state of the window an element assigned to `w` belongs to, after merging."""
@@ -250,22 +247,25 @@ class KeyedWindowSet:
         return self._cached["deadline", watermark]
 
     def _watermark_deadline(self, watermark: Instant) -> Instant | None:
-        s = self.strategy
-        times: list[Instant] = []
-        for ws in self.windows.values():
-            times.append(s.gc_time(ws.window))
-            if ws.event_timer is not None:
-                times.append(ws.event_timer)
-            if ws.window.end > watermark:  # closed windows too: they may owe an on-time pane
-                times.append(ws.window.end)
-        return min(times, default=None)
+        if not self.windows:
+            return None
+        # gc_time grows with the window's end, so the first collection is the least end's
+        least_end = min(self.windows, key=lambda w: w.end)
+        deadline = self.strategy.gc_time(least_end)
+        for w, ws in self.windows.items():
+            if ws.event_timer is not None and ws.event_timer < deadline:
+                deadline = ws.event_timer
+            if watermark < w.end < deadline:  # closed windows too: they may owe an on-time pane
+                deadline = w.end
+        return deadline
 
     @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
         trig = self.strategy.trigger
         panes: list[Pane] = []
-        for w in self._ordered(self.windows):
+        due = [w for w, ws in self.windows.items() if ws.processing_timer is not None and ws.processing_timer <= now]
+        for w in self._ordered(due):
             ws = self.windows[w]
             if ws.closed or ws.processing_timer is None or ws.processing_timer > now:
                 continue
@@ -282,7 +282,7 @@ class KeyedWindowSet:
         s = self.strategy
         panes: list[Pane] = []
         collected: list[WindowState] = []
-        for w in self._ordered(self.windows):
+        for w in self._ordered(self._due_at_watermark(old, new)):
             ws = self.windows[w]
             gc_now = s.gc_time(w) <= new
             if gc_now:
@@ -308,6 +308,15 @@ class KeyedWindowSet:
                 panes += self._emit(ws, self._ctx(ws.window, at, new), last=True)
             del self.windows[ws.window]
         return panes
+
+    def _due_at_watermark(self, old: Instant, new: Instant) -> list[Window]:
+        """The windows `advance_watermark(old, new)` has something to do for: an end to
+        pass, an event-time timer due, or a garbage collection."""
+        gc_time = self.strategy.gc_time
+        return [
+            w for w, ws in self.windows.items()
+            if old < w.end <= new or (ws.event_timer is not None and ws.event_timer <= new) or gc_time(w) <= new
+        ]
 
     def output_hold(self, input_watermark: Instant) -> Instant:
         """The least timestamp a future on-time or early pane of this key may carry, so that

@@ -139,6 +139,20 @@ def _nodes(trigger: Trigger, state: TriggerState) -> Iterator[tuple[Trigger, Tri
         yield from _nodes(child, cstate)
 
 
+def next_timers(state: TriggerState) -> tuple[Instant | None, Instant | None]:
+    """The earliest processing-time and event-time timers anywhere in a state tree."""
+    pt = et = None
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if s.processing_timer is not None and (pt is None or s.processing_timer < pt):
+            pt = s.processing_timer
+        if s.event_timer is not None and (et is None or s.event_timer < et):
+            et = s.event_timer
+        stack.extend(s.children)
+    return pt, et
+
+
 def next_processing_timer(trigger: Trigger, state: TriggerState) -> Instant | None:
     return _earliest(s.processing_timer for _, s in _nodes(trigger, state))
 
