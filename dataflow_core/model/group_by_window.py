@@ -249,15 +249,17 @@ class KeyedWindowSet:
     def _watermark_deadline(self, watermark: Instant) -> Instant | None:
         if not self.windows:
             return None
-        # gc_time grows with the window's end, so the first collection is the least end's
-        least_end = min(self.windows, key=lambda w: w.end)
-        deadline = self.strategy.gc_time(least_end)
+        least: Window | None = None  # gc_time grows with the end: the least end's comes first
+        deadline = END_OF_TIME
         for w, ws in self.windows.items():
+            end = w.end
+            if least is None or end < least.end:
+                least = w
             if ws.event_timer is not None and ws.event_timer < deadline:
                 deadline = ws.event_timer
-            if watermark < w.end < deadline:  # closed windows too: they may owe an on-time pane
-                deadline = w.end
-        return deadline
+            if watermark < end < deadline:  # closed windows too: they may owe an on-time pane
+                deadline = end
+        return min(deadline, self.strategy.gc_time(least))  # type: ignore[arg-type]
 
     @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
@@ -312,10 +314,13 @@ class KeyedWindowSet:
     def _due_at_watermark(self, old: Instant, new: Instant) -> list[Window]:
         """The windows `advance_watermark(old, new)` has something to do for: an end to
         pass, an event-time timer due, or a garbage collection."""
-        gc_time = self.strategy.gc_time
+        if new >= END_OF_TIME:
+            return list(self.windows)
+        gc_below = new - self.strategy.allowed_lateness  # gc_time(w) <= new: w.end <= gc_below
         return [
             w for w, ws in self.windows.items()
-            if old < w.end <= new or (ws.event_timer is not None and ws.event_timer <= new) or gc_time(w) <= new
+            if (w.end <= new and (old < w.end or w.end <= gc_below))
+            or (ws.event_timer is not None and ws.event_timer <= new)
         ]
 
     def output_hold(self, input_watermark: Instant) -> Instant:

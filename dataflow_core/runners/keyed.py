@@ -191,7 +191,8 @@ def run_key(
             i += 1
         if new_wm > wm:
             sub = (*seq, WATERMARK, 0)
-            out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
+            if (d := ks.next_watermark_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
+                out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
             wm = new_wm
             if tracking:
                 holds.observe(sub, time, ks.output_hold(wm), wm)
