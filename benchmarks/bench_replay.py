@@ -99,19 +99,33 @@ class Tree:
 
         self.sampler_cls = TreeSampler
 
+    @staticmethod
+    def snapshot() -> dict[int, float]:
+        import psutil
+
+        me = psutil.Process()
+        out = {}
+        for p in [me, *me.children(recursive=True)]:
+            try:
+                t = p.cpu_times()
+                out[p.pid] = t.user + t.system
+            except psutil.Error:
+                pass
+        return out
+
     def __enter__(self):
+        self.cpu0 = self.snapshot()  # processes started later (Python workers) count in full
         self.sampler = self.sampler_cls(os.getpid(), interval=0.1)
         self.sampler.start()
-        time.sleep(0.15)
-        self.cpu0 = dict(self.sampler.cpu)
         self.t0 = time.perf_counter()
         return self
 
     def __exit__(self, *exc):
         self.seconds = time.perf_counter() - self.t0
-        time.sleep(0.15)
+        last = self.snapshot()
         self.sampler.stop()
-        self.cpu_s = sum(v - self.cpu0.get(pid, 0.0) for pid, v in self.sampler.cpu.items())
+        seen = {**self.sampler.cpu, **last}  # the last reading of every process seen
+        self.cpu_s = sum(max(0.0, v - self.cpu0.get(pid, 0.0)) for pid, v in seen.items())
         self.peak_bytes = self.sampler.peak
         self.peak_by_kind = self.sampler.peak_by_kind
 
