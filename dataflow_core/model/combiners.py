@@ -8,7 +8,12 @@ A combiner also declares what runners need to keep and add up its results:
   total ("sum", "min" or "max", the name of an associative SQL aggregate), with
   `merge_outputs` its meaning in Python; None when outputs do not add up;
 - `output_difference`: the discarding pane that takes a window from one total to another
-  (a backfill's correction of a discarding stage).
+  (a backfill's correction of a discarding stage);
+- `sql_partial` / `from_partial` / `retract_accumulator`: its partial aggregate as Spark
+  SQL aggregates over a column `value`, the accumulator that partial stands for, and how
+  to take a partial's accumulator back out (combiner lifting: a runner may reduce a
+  step's elements per window in SQL and hand the model one accumulator; see
+  `model.lifting`). A combiner without `sql_partial` is fed element by element.
 """
 
 from __future__ import annotations
@@ -76,6 +81,26 @@ class CombineFn(ABC, Generic[Acc]):
             return total - previous_total
         return total
 
+    # --- combiner lifting ------------------------------------------------------------
+
+    sql_partial: tuple[tuple[str, str], ...] | None = None
+    """(field, Spark SQL aggregate over the column `value`) pairs whose results, read back
+    as a dict, give `from_partial` the accumulator of the elements aggregated; None: no
+    SQL form (the runner feeds elements one by one)."""
+
+    partial_exact_for_floats: bool = False
+    """Whether the partial equals adding the elements one by one even for inexact
+    (floating-point) values, whose sums depend on the order of addition; a sum's does not
+    (it is exact for integers and decimals only)."""
+
+    def from_partial(self, partial: dict[str, Any]) -> Acc:
+        """The accumulator of the elements a `sql_partial` row aggregated."""
+        raise NotImplementedError(f"combiner {self.name!r} has no SQL partial form")
+
+    def retract_accumulator(self, acc: Acc, other: Acc) -> Acc:
+        """Undo `merge_accumulators([acc, other])`: retract every input `other` holds."""
+        raise NotImplementedError(f"combiner {self.name!r} cannot retract an accumulator")
+
     # --- how state is stored ----------------------------------------------------------
 
     def encode_accumulator(self, acc: Acc) -> Any:
@@ -113,6 +138,14 @@ class SumFn(CombineFn[Any]):
     def retract_input(self, acc: Any, value: Any) -> Any:
         return acc - value
 
+    sql_partial = (("sum", "sum(value)"),)
+
+    def from_partial(self, partial: dict[str, Any]) -> Any:
+        return partial["sum"]
+
+    def retract_accumulator(self, acc: Any, other: Any) -> Any:
+        return acc - other
+
 
 class CountFn(CombineFn[int]):
     name = "count"
@@ -132,6 +165,15 @@ class CountFn(CombineFn[int]):
 
     def retract_input(self, acc: int, value: Any) -> int:
         return acc - 1
+
+    sql_partial = (("n", "count(1)"),)
+    partial_exact_for_floats = True
+
+    def from_partial(self, partial: dict[str, Any]) -> int:
+        return int(partial["n"])
+
+    def retract_accumulator(self, acc: int, other: int) -> int:
+        return acc - other
 
 
 class MeanFn(CombineFn[tuple]):
@@ -154,6 +196,14 @@ class MeanFn(CombineFn[tuple]):
 
     def retract_input(self, acc: tuple, value: Any) -> tuple:
         return (acc[0] - value, acc[1] - 1)
+
+    sql_partial = (("sum", "sum(value)"), ("n", "count(1)"))
+
+    def from_partial(self, partial: dict[str, Any]) -> tuple:
+        return (partial["sum"], int(partial["n"]))
+
+    def retract_accumulator(self, acc: tuple, other: tuple) -> tuple:
+        return (acc[0] - other[0], acc[1] - other[1])
 
     def decode_accumulator(self, data: Any) -> tuple:
         return (data[0], data[1])
@@ -183,6 +233,22 @@ class _MultisetFn(CombineFn[Counter]):
         acc[value] -= 1
         if not acc[value]:
             del acc[value]
+        return acc
+
+    sql_partial = (("values", "collect_list(value)"),)
+    partial_exact_for_floats = True
+
+    def from_partial(self, partial: dict[str, Any]) -> Counter:
+        return Counter(_hashable(v) for v in partial["values"])
+
+    def retract_accumulator(self, acc: Counter, other: Counter) -> Counter:
+        acc = Counter(acc)
+        for value, n in other.items():
+            if acc.get(value, 0) < n:
+                raise ValueError(f"{self.name}: cannot retract {value!r}, it was never added")
+            acc[value] -= n
+            if not acc[value]:
+                del acc[value]
         return acc
 
     def encode_accumulator(self, acc: Counter) -> Any:

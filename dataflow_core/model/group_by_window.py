@@ -13,8 +13,9 @@ window's history) and `take_over` (a backfill's windows adopted by the first liv
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import Any, Hashable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import (
@@ -27,11 +28,13 @@ from dataflow_core.model.triggers import (
     TriggerContext,
     deliver_event_timers,
     deliver_processing_timers,
-    next_event_timer,
-    next_processing_timer,
+    next_timers,
 )
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
+
+if TYPE_CHECKING:
+    from dataflow_core.model.lifting import Combined
 
 __all__ = ["Correction", "Corrected", "Element", "KeyedWindowSet", "OnTime", "WindowState"]
 
@@ -67,8 +70,30 @@ class Corrected:
     results: list[tuple[Window, Pane | None, Any]] = field(default_factory=list)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _changes_windows(method: _F) -> _F:
+    """Marks a method that changes the key's windows: what `next_processing_timer`,
+    `next_watermark_deadline` and `output_hold` cached is forgotten (a runner asks them
+    several times between two changes)."""
+
+    @functools.wraps(method)
+    def changing(self: "KeyedWindowSet", *args: Any, **kwargs: Any) -> Any:
+        self._cached = {}
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._cached = {}
+
+    return changing  # type: ignore[return-value]
+
+
 class KeyedWindowSet:
-    """All windows of one key under one `WindowingStrategy`."""
+    """All windows of one key under one `WindowingStrategy`.
+
+    Every method that changes `windows` is marked `_changes_windows` (code outside this
+    class only fills `windows` of a new set, before asking anything)."""
 
     def __init__(self, key: Hashable, strategy: WindowingStrategy):
         self.key = key
@@ -76,9 +101,11 @@ class KeyedWindowSet:
         self.windows: dict[Window, WindowState] = {}
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
+        self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
 
     # --- input ------------------------------------------------------------------
 
+    @_changes_windows
     def add_bundle(self, elements: Iterable[Element], at: Instant, watermark: Instant) -> list[Pane]:
         """Elements that arrived together at processing time `at` (rule 3)."""
         s = self.strategy
@@ -104,6 +131,36 @@ class KeyedWindowSet:
                 s.trigger.on_element(ws.trigger, self._ctx(ws.window, at, watermark), el.value, el.timestamp)
                 touched.add(ws.window)
             self.dropped_elements += not taken
+        return self._evaluate(touched, at, watermark)
+
+    @_changes_windows
+    def add_combined(self, parts: Iterable["Combined"], at: Instant, watermark: Instant) -> list[Pane]:
+        """A bundle pre-combined per window before merging (`model.lifting`): the same panes,
+        state and drop counts as `add_bundle` of its elements, for a strategy that `lifts`
+        (one window per element, not merging; a summarizable trigger)."""
+        s = self.strategy
+        touched: set[Window] = set()
+        for part in parts:
+            w = part.window
+            if s.is_late(w, watermark) or (w in self.windows and self.windows[w].closed):
+                self.dropped += part.count  # one window per element: the element is dropped
+                self.dropped_elements += part.count
+                continue
+            ws = self._place(w, at, watermark, touched)
+            if part.retraction:
+                ws.acc = s.combiner.retract_accumulator(ws.acc, part.acc)
+            else:
+                ws.acc = s.combiner.merge_accumulators([ws.acc, part.acc])
+            ws.pending += part.count
+            ws.ts_min = part.earliest if ws.ts_min is None else min(ws.ts_min, part.earliest)
+            ws.ts_max = part.latest if ws.ts_max is None else max(ws.ts_max, part.latest)
+            s.trigger.on_elements(ws.trigger, self._ctx(ws.window, at, watermark), part.count, part.earliest, part.latest)
+            touched.add(ws.window)
+        return self._evaluate(touched, at, watermark)
+
+    def _evaluate(self, touched: set[Window], at: Instant, watermark: Instant) -> list[Pane]:
+        """Rule 3: data-driven triggers of the windows a bundle touched, once for the bundle."""
+        s = self.strategy
         panes: list[Pane] = []
         for w in self._ordered(touched):
             ws = self.windows.get(w)
@@ -116,9 +173,7 @@ class KeyedWindowSet:
 
     def _refresh_timers(self, ws: WindowState) -> None:
         """Caches the window's earliest timers so that runners need not walk trigger trees."""
-        trig = self.strategy.trigger
-        ws.processing_timer = None if ws.closed else next_processing_timer(trig, ws.trigger)
-        ws.event_timer = None if ws.closed else next_event_timer(trig, ws.trigger)
+        ws.processing_timer, ws.event_timer = (None, None) if ws.closed else next_timers(ws.trigger)
 
     def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
         """The state of the window an element assigned to `w` belongs to, after merging."""
@@ -180,26 +235,39 @@ class KeyedWindowSet:
     # --- time -------------------------------------------------------------------
 
     def next_processing_timer(self) -> Instant | None:
-        return _least(ws.processing_timer for ws in self.windows.values())
+        if "timer" not in self._cached:
+            self._cached["timer"] = _least(ws.processing_timer for ws in self.windows.values())
+        return self._cached["timer"]
 
     def next_watermark_deadline(self, watermark: Instant) -> Instant | None:
         """The least watermark at which `advance_watermark` has something to do for this key:
         a window end to pass, an event-time timer, or a garbage collection."""
-        s = self.strategy
-        times: list[Instant] = []
-        for ws in self.windows.values():
-            times.append(s.gc_time(ws.window))
-            if ws.event_timer is not None:
-                times.append(ws.event_timer)
-            if ws.window.end > watermark:  # closed windows too: they may owe an on-time pane
-                times.append(ws.window.end)
-        return min(times, default=None)
+        if ("deadline", watermark) not in self._cached:
+            self._cached["deadline", watermark] = self._watermark_deadline(watermark)
+        return self._cached["deadline", watermark]
 
+    def _watermark_deadline(self, watermark: Instant) -> Instant | None:
+        if not self.windows:
+            return None
+        least: Window | None = None  # gc_time grows with the end: the least end's comes first
+        deadline = END_OF_TIME
+        for w, ws in self.windows.items():
+            end = w.end
+            if least is None or end < least.end:
+                least = w
+            if ws.event_timer is not None and ws.event_timer < deadline:
+                deadline = ws.event_timer
+            if watermark < end < deadline:  # closed windows too: they may owe an on-time pane
+                deadline = end
+        return min(deadline, self.strategy.gc_time(least))  # type: ignore[arg-type]
+
+    @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
         trig = self.strategy.trigger
         panes: list[Pane] = []
-        for w in self._ordered(self.windows):
+        due = [w for w, ws in self.windows.items() if ws.processing_timer is not None and ws.processing_timer <= now]
+        for w in self._ordered(due):
             ws = self.windows[w]
             if ws.closed or ws.processing_timer is None or ws.processing_timer > now:
                 continue
@@ -210,12 +278,13 @@ class KeyedWindowSet:
             self._refresh_timers(ws)
         return panes
 
+    @_changes_windows
     def advance_watermark(self, old: Instant, new: Instant, at: Instant) -> list[Pane]:
         """Rule 4: windows whose end the watermark passed come due; expired ones are collected."""
         s = self.strategy
         panes: list[Pane] = []
         collected: list[WindowState] = []
-        for w in self._ordered(self.windows):
+        for w in self._ordered(self._due_at_watermark(old, new)):
             ws = self.windows[w]
             gc_now = s.gc_time(w) <= new
             if gc_now:
@@ -243,9 +312,26 @@ class KeyedWindowSet:
             del self.windows[ws.window]
         return panes
 
+    def _due_at_watermark(self, old: Instant, new: Instant) -> list[Window]:
+        """The windows `advance_watermark(old, new)` has something to do for: an end to
+        pass, an event-time timer due, or a garbage collection."""
+        if new >= END_OF_TIME:
+            return list(self.windows)
+        gc_below = new - self.strategy.allowed_lateness  # gc_time(w) <= new: w.end <= gc_below
+        return [
+            w for w, ws in self.windows.items()
+            if (w.end <= new and (old < w.end or w.end <= gc_below))
+            or (ws.event_timer is not None and ws.event_timer <= new)
+        ]
+
     def output_hold(self, input_watermark: Instant) -> Instant:
         """The least timestamp a future on-time or early pane of this key may carry, so that
         a downstream stage's watermark waits for it (end of time when nothing is pending)."""
+        if ("hold", input_watermark) not in self._cached:
+            self._cached["hold", input_watermark] = self._output_hold(input_watermark)
+        return self._cached["hold", input_watermark]
+
+    def _output_hold(self, input_watermark: Instant) -> Instant:
         holds = []
         for ws in self.windows.values():
             if ws.closed or (ws.on_time is OnTime.DONE and ws.window.end <= input_watermark):
@@ -258,6 +344,7 @@ class KeyedWindowSet:
 
     # --- corrections --------------------------------------------------------------
 
+    @_changes_windows
     def correct(
         self, corrections: Sequence[Correction], at: Instant, watermark: Instant,
         elements: Iterable[Element] | None = None,

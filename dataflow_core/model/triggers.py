@@ -3,7 +3,11 @@
 A `Trigger` is an immutable description; each window holds a `TriggerState` tree that
 mirrors the trigger tree. The runner calls, per window:
 
-- `on_element` for each element that lands in the window (after merging),
+- `on_element` for each element that lands in the window (after merging), or, for a
+  runner that pre-combined a bundle (combiner lifting), `on_elements` once for the
+  bundle's elements in the window: their count and least and greatest time. A trigger
+  that looks at anything else (values, every time) is not `summarizable`, and a runner
+  then feeds it elements,
 - `on_merge` to combine the states of windows being merged into one,
 - timers: a node sets `state.processing_timer` / `state.event_timer`; when processing time
   or the watermark reaches it, the runner delivers it (`on_processing_timer` /
@@ -56,6 +60,23 @@ class Trigger(ABC):
             if not cstate.finished:
                 child.on_element(cstate, ctx, value, timestamp)
 
+    def on_elements(
+        self, state: TriggerState, ctx: TriggerContext, count: int, earliest: Instant, latest: Instant
+    ) -> None:
+        """`count` elements of one bundle land in the window, at times in [earliest, latest]:
+        the same as `count` calls of `on_element` for a `summarizable` trigger (within a
+        bundle nothing fires between elements, so their order does not matter)."""
+        for child, cstate in zip(self.children, state.children):
+            if not cstate.finished:
+                child.on_elements(cstate, ctx, count, earliest, latest)
+
+    @property
+    def summarizable(self) -> bool:
+        """Whether `on_elements` stands for `on_element` here and in every sub-trigger. A
+        trigger that overrides `on_element` must override `on_elements` too (and say so by
+        overriding this) to be fed pre-combined bundles."""
+        return _defines_after(type(self), "on_elements", "on_element") and all(c.summarizable for c in self.children)
+
     def on_merge(self, parts: Sequence[TriggerState], ctx: TriggerContext) -> TriggerState:
         """Default merge: children merge position by position, finished if any part was."""
         merged = TriggerState(finished=any(p.finished for p in parts))
@@ -96,6 +117,14 @@ class Trigger(ABC):
                 child.on_fire(cstate, ctx)
 
 
+def _defines_after(cls: type, method: str, than: str) -> bool:
+    """Whether the class that gives `cls` its `method` is the one that gives it `than`, or
+    a subclass of it (an override of `than` alone leaves `method` stale)."""
+    owner = next(k for k in cls.__mro__ if method in k.__dict__)
+    other = next(k for k in cls.__mro__ if than in k.__dict__)
+    return issubclass(owner, other)
+
+
 def _earliest(times: Any) -> Instant | None:
     present = [t for t in times if t is not None]
     return min(present) if present else None
@@ -108,6 +137,20 @@ def _nodes(trigger: Trigger, state: TriggerState) -> Iterator[tuple[Trigger, Tri
     yield trigger, state
     for child, cstate in zip(trigger.children, state.children):
         yield from _nodes(child, cstate)
+
+
+def next_timers(state: TriggerState) -> tuple[Instant | None, Instant | None]:
+    """The earliest processing-time and event-time timers anywhere in a state tree."""
+    pt = et = None
+    stack = [state]
+    while stack:
+        s = stack.pop()
+        if s.processing_timer is not None and (pt is None or s.processing_timer < pt):
+            pt = s.processing_timer
+        if s.event_timer is not None and (et is None or s.event_timer < et):
+            et = s.event_timer
+        stack.extend(s.children)
+    return pt, et
 
 
 def next_processing_timer(trigger: Trigger, state: TriggerState) -> Instant | None:
@@ -146,6 +189,9 @@ class AfterCount(Trigger):
     def on_element(self, state, ctx, value, timestamp):
         state.data["n"] = state.data.get("n", 0) + 1
 
+    def on_elements(self, state, ctx, count, earliest, latest):
+        state.data["n"] = state.data.get("n", 0) + count
+
     def on_merge(self, parts, ctx):
         merged = super().on_merge(parts, ctx)
         merged.data["n"] = sum(p.data.get("n", 0) for p in parts)
@@ -171,6 +217,10 @@ class _ProcessingTimeTrigger(Trigger):
         if "fire_at" not in state.data:
             state.data["fire_at"] = self.deadline(ctx.processing_time)
             state.processing_timer = state.data["fire_at"]
+
+    def on_elements(self, state, ctx, count, earliest, latest):
+        if count:
+            self.on_element(state, ctx, None, earliest)
 
     def on_processing_timer(self, state, ctx):
         state.data["reached"] = True
@@ -264,6 +314,10 @@ class AfterPercentileWatermark(Trigger):
         times.append(timestamp)
         state.event_timer = self._threshold_time(times)
 
+    @property
+    def summarizable(self) -> bool:
+        return False  # needs every element's time
+
     def on_merge(self, parts, ctx):
         merged = super().on_merge(parts, ctx)
         merged.data["times"] = [t for p in parts for t in p.data.get("times", [])]
@@ -330,6 +384,11 @@ class AfterWatermark(Trigger):
         if trig is not None:
             trig.on_element(cstate, ctx, value, timestamp)
 
+    def on_elements(self, state, ctx, count, earliest, latest):
+        trig, cstate = self._child(state, self.is_late_phase(state))
+        if trig is not None:
+            trig.on_elements(cstate, ctx, count, earliest, latest)
+
     def on_merge(self, parts, ctx):
         late = any(self.is_late_phase(p) for p in parts)
         merged = TriggerState(finished=any(p.finished for p in parts))
@@ -393,6 +452,10 @@ class AfterEach(_OverSubTriggers):
     def on_element(self, state, ctx, value, timestamp):
         i = state.data.get("i", 0)
         self.children[i].on_element(state.children[i], ctx, value, timestamp)
+
+    def on_elements(self, state, ctx, count, earliest, latest):
+        i = state.data.get("i", 0)
+        self.children[i].on_elements(state.children[i], ctx, count, earliest, latest)
 
     def on_merge(self, parts, ctx):
         merged = super().on_merge(parts, ctx)

@@ -84,6 +84,14 @@ class WindowFn(ABC):
         """Groups of a key's windows to merge, each as (result, parts). Default: none."""
         return []
 
+    def sql_window(self, event_ms: str) -> tuple[str, str] | None:
+        """For a WindowFn that puts every element in exactly one window, chosen by its time
+        alone: Spark SQL expressions of that window's start and end (epoch ms; both NULL
+        for the global window, as in `pane_codec.window_bounds`), over the SQL expression
+        `event_ms` of the element's time. None when there is no such form; a property test
+        holds each form equal to `assign`."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__ + "()"
 
@@ -91,6 +99,9 @@ class WindowFn(ABC):
 class GlobalWindows(WindowFn):
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
         return (GLOBAL_WINDOW,)
+
+    def sql_window(self, event_ms: str) -> tuple[str, str]:
+        return ("CAST(NULL AS BIGINT)", "CAST(NULL AS BIGINT)")
 
     def describe(self) -> str:
         return "GlobalWindows()"
@@ -116,6 +127,10 @@ class FixedWindows(WindowFn):
 
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
         return (self.window_for(ctx.timestamp),)
+
+    def sql_window(self, event_ms: str) -> tuple[str, str]:
+        start = f"(({event_ms}) - pmod(({event_ms}) - {self.offset}L, {self.size}L))"
+        return (start, f"({start} + {self.size}L)")
 
     @property
     def reach(self) -> Duration:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, Sequence
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
+from dataflow_core.model.lifting import Combined, combine_bundle, lifts
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.pipeline import Pipeline
 from dataflow_core.model.strategy import WindowingStrategy
@@ -86,11 +87,18 @@ class Schedule:
 
 @dataclass(frozen=True)
 class Arrival:
-    """Elements of one key arriving at one step (`seq`) at processing time `time`."""
+    """Elements of one key arriving at one step (`seq`) at processing time `time`: the
+    elements themselves, or (combiner lifting, `model.lifting`) `combined`, the same bundle
+    pre-combined per window, with `elements` empty."""
 
     seq: Seq
     time: Instant
     elements: tuple[Element, ...]
+    combined: tuple[Combined, ...] = ()
+
+    @property
+    def count(self) -> int:
+        return len(self.elements) + sum(p.count for p in self.combined)
 
 
 @dataclass(frozen=True)
@@ -122,18 +130,21 @@ def run_key(
     arrivals: Sequence[Arrival],
     state: KeyedWindowSet | None = None,
     watermark: Instant | None = None,
+    track_holds: bool = True,
 ) -> KeyResult:
     """Replays one key's arrivals against the global schedule (see the module docstring).
 
     `state` and `watermark` resume a key from an earlier run (micro-batches); by default the
-    key starts empty at the schedule's start.
+    key starts empty at the schedule's start. `track_holds=False` skips the hold spans (no
+    stage is downstream).
     """
     ks = state if state is not None else KeyedWindowSet(key, strategy)
     wm = schedule.start if watermark is None else watermark
     out = KeyResult(state=ks)
     arrivals = sorted(arrivals, key=lambda a: a.seq)
+    tracking = track_holds
     holds = _HoldTracker(schedule, out.holds)
-    if state is not None and schedule.steps:
+    if tracking and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
     i = 0  # next arrival
     j = 0  # next schedule step not yet visited
@@ -163,21 +174,28 @@ def run_key(
         while (t := ks.next_processing_timer()) is not None and t < time:
             sub = (*seq, TIMERS, t)
             out.panes += [(sub, p) for p in ks.fire_processing_timers(t, wm)]
-            holds.observe(sub, t, ks.output_hold(wm), wm)
+            if tracking:
+                holds.observe(sub, t, ks.output_hold(wm), wm)
         if arrival is not None:
             before, before_pairs = ks.dropped_elements, ks.dropped
             sub = (*seq, ELEMENTS, 0)
-            out.panes += [(sub, p) for p in ks.add_bundle(arrival.elements, time, wm)]
-            out.elements += len(arrival.elements)
+            if arrival.elements:
+                out.panes += [(sub, p) for p in ks.add_bundle(arrival.elements, time, wm)]
+            if arrival.combined:
+                out.panes += [(sub, p) for p in ks.add_combined(arrival.combined, time, wm)]
+            out.elements += arrival.count
             out.dropped += ks.dropped_elements - before
             out.dropped_windows += ks.dropped - before_pairs
-            holds.observe(sub, time, ks.output_hold(wm), wm)
+            if tracking:
+                holds.observe(sub, time, ks.output_hold(wm), wm)
             i += 1
         if new_wm > wm:
             sub = (*seq, WATERMARK, 0)
-            out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
+            if (d := ks.next_watermark_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
+                out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
             wm = new_wm
-            holds.observe(sub, time, ks.output_hold(wm), wm)
+            if tracking:
+                holds.observe(sub, time, ks.output_hold(wm), wm)
         j = max(j, k + 1)
     holds.close()
     return out
@@ -292,16 +310,27 @@ class StageRun:
     states: dict[Hashable, KeyedWindowSet]
 
 
+def lifted(strategy: WindowingStrategy, key: Hashable, arrivals: Iterable[Arrival]) -> list[Arrival]:
+    """A key's arrivals with each bundle pre-combined per window (`model.lifting`), for a
+    strategy that `lifts`."""
+    return [Arrival(a.seq, a.time, (), (*a.combined, *combine_bundle(strategy, key, a.elements))) for a in arrivals]
+
+
 def run_stage(
-    strategy: WindowingStrategy, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]]
+    strategy: WindowingStrategy, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]],
+    lift: bool = False, track_holds: bool = True,
 ) -> tuple[StageRun, list[HoldSpan]]:
-    """Every key of one stage through `run_key` (what an executor does for its keys)."""
+    """Every key of one stage through `run_key` (what an executor does for its keys);
+    `lift` pre-combines each bundle where the strategy `lifts`."""
     panes: list[tuple[Seq, Pane]] = []
     spans: list[HoldSpan] = []
     elements = dropped = 0
     states = {}
+    lift = lift and lifts(strategy)
     for key, key_arrivals in arrivals.items():
-        r = run_key(key, strategy, schedule, key_arrivals)
+        if lift:
+            key_arrivals = lifted(strategy, key, key_arrivals)
+        r = run_key(key, strategy, schedule, key_arrivals, track_holds=track_holds)
         panes += r.panes
         spans += r.holds
         elements += r.elements
@@ -325,8 +354,11 @@ def arrivals_from_panes(
     }
 
 
-def run_pipeline(pipeline: Pipeline, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]]) -> list[StageRun]:
-    """All stages, each split by key, chained through `downstream_schedule`."""
+def run_pipeline(
+    pipeline: Pipeline, schedule: Schedule, arrivals: dict[Hashable, list[Arrival]], lift: bool = False
+) -> list[StageRun]:
+    """All stages, each split by key, chained through `downstream_schedule`; `lift`
+    pre-combines bundles in the stages whose strategy `lifts`."""
     runs: list[StageRun] = []
     spans: list[HoldSpan] = []
     for n, stage in enumerate(pipeline.stages):
@@ -334,6 +366,7 @@ def run_pipeline(pipeline: Pipeline, schedule: Schedule, arrivals: dict[Hashable
             up = runs[-1]
             arrivals = arrivals_from_panes(up.panes, stage.from_upstream)  # type: ignore[arg-type]
             schedule = downstream_schedule(up.schedule, spans)
-        run, spans = run_stage(stage.strategy, schedule, arrivals)
+        last = n == len(pipeline.stages) - 1
+        run, spans = run_stage(stage.strategy, schedule, arrivals, lift=lift, track_holds=not last)
         runs.append(run)
     return runs

@@ -7,6 +7,10 @@ time). The output has one row per pane (`kind = 'pane'`, the pane codec's fields
 span (`'hold'`) and per key (`'stats'`: elements and dropped counts), so a single pass
 gives the panes, the downstream watermark's inputs and the ledger; a resumable stage also
 gives each key's new state (`'state'`).
+
+Where the strategy allows it, Spark SQL first reduces the arrivals to one row per key,
+window and step (combiner lifting, `execute.lifting`), and executors feed the model those
+pre-combined bundles: the same panes, counts and state, for far fewer Python objects.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from dataflow_core.model.pane_codec import pane_to_row, window_bounds
 from dataflow_core.model.state_codec import STATE_VERSION, state_from_text, state_text
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.runners.keyed import Arrival, Schedule, run_key
+from dataflow_core.spark.execute.lifting import can_lift, combined_by_seq, is_lifted, lift_arrivals
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -77,26 +82,37 @@ def run_stage(
     codec: KeyCodec,
     value_type: str,
     states: "DataFrame | None" = None,
+    lift: bool | None = None,
+    track_holds: bool = True,
 ) -> "DataFrame":
     """The stage's output rows (see the module docstring); lazily, as a DataFrame.
 
     With `states` (key columns and `state`), keys resume from their stored state and the
     output also has a `'state'` row per key: its new state (null when it holds no window),
-    its next wake-ups and a readable list of its windows (micro-batches)."""
+    its next wake-ups and a readable list of its windows (micro-batches).
+
+    `lift` None lifts combiners where `execute.lifting.can_lift` allows (False never, True
+    insists); `track_holds=False` leaves out the hold rows (no stage is downstream)."""
     import pyarrow as pa
 
     schema = output_schema(key_fields(arrivals, codec.columns), value_type)
     arrow_schema = arrow_schema_of(schema)
+    possible = can_lift(arrivals, strategy, decodes=codec.decode_value is not None)
+    if lift and not possible:
+        raise ValueError(f"stage cannot be lifted: {strategy.combiner.name} over {strategy.window_fn.describe()}, "
+                         f"trigger {strategy.trigger.describe()}, value {arrivals.schema['value'].dataType.simpleString()}")
+    if possible and lift is not False:
+        arrivals = lift_arrivals(arrivals, strategy, codec.columns)
 
     def resumed(key_scalars: tuple, table: "pa.Table", state_table: "pa.Table") -> "pa.Table":
         row_key = [k.as_py() for k in key_scalars]
         text = state_table.column("state")[0].as_py() if state_table.num_rows else None
-        rows = _run_one_key(row_key, table, strategy, schedule, codec, text, resumable=True)
+        rows = _run_one_key(row_key, table, strategy, schedule, codec, text, resumable=True, track_holds=track_holds)
         return pa.Table.from_pylist(rows, schema=arrow_schema)
 
     def fresh(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
         row_key = [k.as_py() for k in key_scalars]
-        rows = _run_one_key(row_key, table, strategy, schedule, codec)
+        rows = _run_one_key(row_key, table, strategy, schedule, codec, track_holds=track_holds)
         return pa.Table.from_pylist(rows, schema=arrow_schema)
 
     if states is None:
@@ -121,8 +137,20 @@ def _run_one_key(
     codec: KeyCodec,
     state_text: str | None = None,
     resumable: bool = False,
+    track_holds: bool = True,
 ) -> list[dict]:
     key = codec.key(row_key)
+    if table.num_rows and is_lifted(table):
+        arrivals = [Arrival(seq, at, (), tuple(parts)) for seq, (at, parts) in sorted(combined_by_seq(table, strategy).items())]
+    else:
+        arrivals = _element_arrivals(table, codec)
+    state = load_state(key, strategy, state_text) if resumable else None
+    result = run_key(key, strategy, schedule, arrivals, state=state, track_holds=track_holds)
+    return _rows(row_key, result, schedule, codec, resumable)
+
+
+def _element_arrivals(table: Any, codec: KeyCodec) -> list[Arrival]:
+    """A key's element rows (an Arrow table) as its bundles, in step order."""
     cols = {name: table.column(name).to_pylist() for name in ARRIVAL_COLUMNS} if table.num_rows else None
     decode = codec.decode_value or (lambda v: v)
     by_seq: dict[tuple, tuple[int, list[Element]]] = {}
@@ -130,12 +158,13 @@ def _run_one_key(
         for value, ts, retraction, seq, at in zip(*(cols[c] for c in ARRIVAL_COLUMNS)):
             slot = by_seq.setdefault(tuple(seq), (at, []))
             slot[1].append(Element(decode(value), ts, bool(retraction)))
-    arrivals = [
+    return [
         Arrival(seq, at, tuple(sorted(els, key=lambda e: (e.timestamp, e.retraction))))
         for seq, (at, els) in sorted(by_seq.items())
     ]
-    state = load_state(key, strategy, state_text) if resumable else None
-    result = run_key(key, strategy, schedule, arrivals, state=state)
+
+
+def _rows(row_key: list, result: Any, schedule: Schedule, codec: KeyCodec, resumable: bool) -> list[dict]:
     keyed = dict(zip(codec.columns, row_key))
     rows: list[dict] = []
     for ordinal, (sub, pane) in enumerate(result.panes):

@@ -69,7 +69,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         *first.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
         F.array(F.col("batch")).alias("seq"), (F.lit(t0) + (F.col("batch") + 1) * F.lit(interval)).alias("at_ms"),
     )
-    out = run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns), first.value_type).persist()
+    out = run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns), first.value_type,
+                    track_holds=len(spec.stages) > 1).persist()
     totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("n"), F.sum("dropped").alias("d")).first()
     ledger.dropped_late = int(totals["d"] or 0)
     ledger.aggregated = int(totals["n"] or 0) - ledger.dropped_late
@@ -85,7 +86,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         record_watermarks(spark, run, stage.output, [(n, s.time, s.watermark) for n, s in enumerate(schedule.steps)])
         panes = previous.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn("at_ms", F.col("emitted_at"))
         mapped = elements_from_panes(panes, prev_stage, stage, passthrough=("seq", "at_ms"))
-        out2 = run_stage(mapped, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type).persist()
+        out2 = run_stage(mapped, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
+                         track_holds=stage is not spec.stages[-1]).persist()
         _write_history(spark, stage, out2, run, ledger, say)
         previous.unpersist()
         previous, prev_stage = out2, stage
