@@ -398,6 +398,7 @@ class KeyedWindowSet:
                 self.windows[w] = ws
         return out
 
+    @_changes_windows
     def take_over(self, standing: Sequence[Pane], watermark: Instant, elements: Iterable[Element] = ()) -> None:
         """Adopt windows that another run emitted (a batch backfill before the pipeline went
         live), so that live input continues their histories instead of starting new ones.
