@@ -480,6 +480,14 @@ def report(figures: dict) -> list[str]:
     return lines
 
 
+def write_figures(figures: dict, output: str | Path) -> None:
+    """A benchmark's figures as JSON (`benchmarks/results/*.json`), shared by every bench."""
+    out = Path(output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2, default=str) + "\n")
+    print(f"figures written to {out}")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=None,
@@ -530,10 +538,7 @@ def main(argv=None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     print()
     print("\n".join(report(figures)))
-    out = Path(opts.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(figures, indent=2, default=str) + "\n")
-    print(f"figures written to {out}")
+    write_figures(figures, opts.output)
     return 0
 
 

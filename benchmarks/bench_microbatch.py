@@ -76,7 +76,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_backfill import ROOT, SEED, TreeSampler, phases_table, spawn  # noqa: E402
+from bench_backfill import ROOT, SEED, TreeSampler, phases_table, spawn, write_figures  # noqa: E402
 
 RESULTS = HERE / "results" / "microbatch.json"
 DATA = ROOT / ".cache" / "bench_microbatch"  # built histories (warehouses), kept between runs
@@ -656,10 +656,7 @@ def main(argv=None) -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     print()
     print("\n".join(report(figures)))
-    out = Path(opts.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(figures, indent=2, default=str) + "\n")
-    print(f"figures written to {out}")
+    write_figures(figures, opts.output)
     return 0
 
 

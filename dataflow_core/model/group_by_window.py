@@ -413,13 +413,8 @@ class KeyedWindowSet:
             w = pane.window
             if w in self.windows or s.gc_time(w) <= watermark:
                 continue
-            h = PaneHistory.after(pane, w.end, watermark)
-            acc, lo, hi = rebuilt.get(w, (s.combiner.create_accumulator(), None, None))
-            ws = WindowState(
-                window=w, trigger=s.trigger.new_state(), acc=acc, on_time=h.on_time, ts_min=lo, ts_max=hi,
-                next_index=h.next_index, next_on_time_index=h.next_on_time_index,
-                standing=pane if s.accumulation is AccumulationMode.RETRACTING else None,
-            )
+            ws = self._window_after(w, pane, watermark)
+            ws.acc, ws.ts_min, ws.ts_max = rebuilt.get(w, (ws.acc, None, None))
             self._refresh_timers(ws)
             self.windows[w] = ws
 
@@ -432,21 +427,24 @@ class KeyedWindowSet:
         covered = [v for v in self.windows if v == w or (c.present and s.window_fn.is_merging and _overlap(v, w))]
         parts = [self.windows.pop(v) for v in self._ordered(covered)]
         same = next((p for p in parts if p.window == w), None)
-        if same is not None:
-            ws = same
-        else:
-            h = PaneHistory.after(c.standing, w.end, watermark)
-            ws = WindowState(
-                window=w, trigger=s.trigger.new_state(), acc=s.combiner.create_accumulator(), on_time=h.on_time,
-                next_index=h.next_index, next_on_time_index=h.next_on_time_index,
-                standing=c.standing if s.accumulation is AccumulationMode.RETRACTING else None,
-            )
+        ws = same if same is not None else self._window_after(w, c.standing, watermark)
         others = [p for p in parts if p is not same]
         if others:
             ws.trigger = s.trigger.on_merge([p.trigger for p in [ws, *others]], self._ctx(w, at, watermark))
             for p in others:
                 ws.absorbed += p.absorbed + ([p.standing] if p.standing else [])
         return ws
+
+    def _window_after(self, w: Window, standing: Pane | None, watermark: Instant) -> WindowState:
+        """A window known only by its standing pane (a results row): the history that pane
+        implies, that pane to retract (retracting mode), an empty accumulator."""
+        s = self.strategy
+        h = PaneHistory.after(standing, w.end, watermark)
+        return WindowState(
+            window=w, trigger=s.trigger.new_state(), acc=s.combiner.create_accumulator(), on_time=h.on_time,
+            next_index=h.next_index, next_on_time_index=h.next_on_time_index,
+            standing=standing if s.accumulation is AccumulationMode.RETRACTING else None,
+        )
 
     def _rebuild(self, elements: Iterable[Element]) -> dict[Window, tuple[Any, Instant | None, Instant | None]]:
         """Every window of `elements` (merged, for a merging WindowFn) with its accumulator
