@@ -30,6 +30,7 @@ from dataflow_core.model.triggers import (
     deliver_processing_timers,
     next_timers,
 )
+from dataflow_core.model.window_map import WindowMap
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
 
@@ -74,17 +75,19 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 def _changes_windows(method: _F) -> _F:
-    """Marks a method that changes the key's windows: what `next_processing_timer`,
-    `next_watermark_deadline` and `output_hold` cached is forgotten (a runner asks them
-    several times between two changes)."""
+    """Marks a method that changes the key's windows: what `output_hold` cached is
+    forgotten (a runner asks it several times between two changes). Window ends and timers
+    need no such care: `WindowMap` indexes them as they change."""
 
     @functools.wraps(method)
     def changing(self: "KeyedWindowSet", *args: Any, **kwargs: Any) -> Any:
-        self._cached = {}
+        if self._cached:
+            self._cached = {}
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._cached = {}
+            if self._cached:
+                self._cached = {}
 
     return changing  # type: ignore[return-value]
 
@@ -98,7 +101,7 @@ class KeyedWindowSet:
     def __init__(self, key: Hashable, strategy: WindowingStrategy):
         self.key = key
         self.strategy = strategy
-        self.windows: dict[Window, WindowState] = {}
+        self.windows: dict[Window, WindowState] = WindowMap()  # indexed by end and timer
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
         self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
@@ -139,41 +142,55 @@ class KeyedWindowSet:
         state and drop counts as `add_bundle` of its elements, for a strategy that `lifts`
         (one window per element, not merging; a summarizable trigger)."""
         s = self.strategy
-        touched: set[Window] = set()
+        combiner, trigger, windows = s.combiner, s.trigger, self.windows
+        touched: dict[Window, TriggerContext] = {}  # (a set, with each window's context)
         for part in parts:
             w = part.window
-            if s.is_late(w, watermark) or (w in self.windows and self.windows[w].closed):
+            ws = windows.get(w)
+            if s.is_late(w, watermark) or (ws is not None and ws.closed):
                 self.dropped += part.count  # one window per element: the element is dropped
                 self.dropped_elements += part.count
                 continue
-            ws = self._place(w, at, watermark, touched)
+            if ws is None:  # one window per element, none merging (`lifts`): nothing to place
+                ws = windows[w] = self._new_window(w, watermark)
             if part.retraction:
-                ws.acc = s.combiner.retract_accumulator(ws.acc, part.acc)
+                ws.acc = combiner.retract_accumulator(ws.acc, part.acc)
             else:
-                ws.acc = s.combiner.merge_accumulators([ws.acc, part.acc])
+                ws.acc = combiner.merge_accumulators([ws.acc, part.acc])
             ws.pending += part.count
-            ws.ts_min = part.earliest if ws.ts_min is None else min(ws.ts_min, part.earliest)
-            ws.ts_max = part.latest if ws.ts_max is None else max(ws.ts_max, part.latest)
-            s.trigger.on_elements(ws.trigger, self._ctx(ws.window, at, watermark), part.count, part.earliest, part.latest)
-            touched.add(ws.window)
+            ws.ts_min = part.earliest if ws.ts_min is None or part.earliest < ws.ts_min else ws.ts_min
+            ws.ts_max = part.latest if ws.ts_max is None or part.latest > ws.ts_max else ws.ts_max
+            ctx = touched.get(w)
+            if ctx is None:
+                ctx = touched[w] = self._ctx(w, at, watermark)
+            trigger.on_elements(ws.trigger, ctx, part.count, part.earliest, part.latest)
         return self._evaluate(touched, at, watermark)
 
-    def _evaluate(self, touched: set[Window], at: Instant, watermark: Instant) -> list[Pane]:
-        """Rule 3: data-driven triggers of the windows a bundle touched, once for the bundle."""
+    def _evaluate(
+        self, touched: set[Window] | dict[Window, TriggerContext], at: Instant, watermark: Instant
+    ) -> list[Pane]:
+        """Rule 3: data-driven triggers of the windows a bundle touched, once for the bundle
+        (`touched` may map each window to its context of this moment, to reuse it)."""
         s = self.strategy
         panes: list[Pane] = []
+        contexts = touched if isinstance(touched, dict) else {}
         for w in self._ordered(touched):
             ws = self.windows.get(w)
             if ws is not None and not ws.closed:
-                ctx = self._ctx(w, at, watermark)
+                ctx = contexts.get(w) or self._ctx(w, at, watermark)
                 if s.trigger.should_fire(ws.trigger, ctx):
                     panes += self._fire(ws, ctx, last=False)
                 self._refresh_timers(ws)
         return panes
 
-    def _refresh_timers(self, ws: WindowState) -> None:
-        """Caches the window's earliest timers so that runners need not walk trigger trees."""
-        ws.processing_timer, ws.event_timer = (None, None) if ws.closed else next_timers(ws.trigger)
+    def _refresh_timers(self, ws: WindowState, reindex: bool = False) -> None:
+        """Caches the window's earliest timers so that runners need not walk trigger trees,
+        and indexes them when they change (`WindowMap.note_timers`); `reindex` after
+        `WindowMap.due_processing_timers` took the window's timer off the index."""
+        pt, et = (None, None) if ws.closed else next_timers(ws.trigger)
+        if reindex or pt != ws.processing_timer or et != ws.event_timer:
+            ws.processing_timer, ws.event_timer = pt, et
+            self.windows.note_timers(ws)  # type: ignore[attr-defined]
 
     def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
         """The state of the window an element assigned to `w` belongs to, after merging."""
@@ -235,39 +252,30 @@ class KeyedWindowSet:
     # --- time -------------------------------------------------------------------
 
     def next_processing_timer(self) -> Instant | None:
-        if "timer" not in self._cached:
-            self._cached["timer"] = _least(ws.processing_timer for ws in self.windows.values())
-        return self._cached["timer"]
+        return self.windows.next_processing_timer()  # type: ignore[attr-defined]
 
     def next_watermark_deadline(self, watermark: Instant) -> Instant | None:
         """The least watermark at which `advance_watermark` has something to do for this key:
         a window end to pass, an event-time timer, or a garbage collection."""
-        if ("deadline", watermark) not in self._cached:
-            self._cached["deadline", watermark] = self._watermark_deadline(watermark)
-        return self._cached["deadline", watermark]
-
-    def _watermark_deadline(self, watermark: Instant) -> Instant | None:
-        if not self.windows:
+        windows: WindowMap = self.windows  # type: ignore[assignment]
+        least = windows.least_end()
+        if least is None:
             return None
-        least: Window | None = None  # gc_time grows with the end: the least end's comes first
-        deadline = END_OF_TIME
-        for w, ws in self.windows.items():
-            end = w.end
-            if least is None or end < least.end:
-                least = w
-            if ws.event_timer is not None and ws.event_timer < deadline:
-                deadline = ws.event_timer
-            if watermark < end < deadline:  # closed windows too: they may owe an on-time pane
-                deadline = end
-        return min(deadline, self.strategy.gc_time(least))  # type: ignore[arg-type]
+        deadline = self.strategy.gc_time_of_end(least)  # gc time grows with the end
+        end = windows.next_end_after(watermark)  # closed windows too: they may owe an on-time pane
+        if end is not None and end < deadline:
+            deadline = end
+        timer = windows.next_event_timer()
+        if timer is not None and timer < deadline:
+            deadline = timer
+        return deadline
 
     @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
         trig = self.strategy.trigger
         panes: list[Pane] = []
-        due = [w for w, ws in self.windows.items() if ws.processing_timer is not None and ws.processing_timer <= now]
-        for w in self._ordered(due):
+        for w in self._ordered(self.windows.due_processing_timers(now)):  # type: ignore[attr-defined]
             ws = self.windows[w]
             if ws.closed or ws.processing_timer is None or ws.processing_timer > now:
                 continue
@@ -275,7 +283,7 @@ class KeyedWindowSet:
             deliver_processing_timers(trig, ws.trigger, ctx)
             if trig.should_fire(ws.trigger, ctx):
                 panes += self._fire(ws, ctx, last=False)
-            self._refresh_timers(ws)
+            self._refresh_timers(ws, reindex=True)
         return panes
 
     @_changes_windows
@@ -527,7 +535,11 @@ class KeyedWindowSet:
 
     @staticmethod
     def _ordered(windows: Iterable[Window]) -> list[Window]:
-        return sorted(windows, key=lambda w: (w.end, w.start))
+        return sorted(windows, key=_end_start)
+
+
+def _end_start(w: Window) -> tuple[Instant, Instant]:
+    return w.end, w.start
 
 
 def _least(values: Iterable[Instant | None]) -> Instant | None:

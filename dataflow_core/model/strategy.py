@@ -60,7 +60,11 @@ class WindowingStrategy:
     def gc_time(self, window: Window) -> Instant:
         """When the window's state is dropped: its end plus allowed lateness, capped at the
         end of time (so the global window is collected when the watermark reaches the end)."""
-        return min(window.end + self.allowed_lateness, END_OF_TIME)
+        return self.gc_time_of_end(window.end)
+
+    def gc_time_of_end(self, end: Instant) -> Instant:
+        """`gc_time` of a window that ends at `end` (a key's index keeps ends, not windows)."""
+        return min(end + self.allowed_lateness, END_OF_TIME)
 
     def is_late(self, window: Window, watermark: Instant) -> bool:
         """Whether an element assigned to `window` now would be dropped as too late."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, NamedTuple, Sequence
 
 from dataflow_core.model.time import Duration, Instant, format_duration
 from dataflow_core.model.windows import Window
@@ -40,8 +40,10 @@ class TriggerState:
     event_timer: Instant | None = None
 
 
-@dataclass(frozen=True)
-class TriggerContext:
+class TriggerContext(NamedTuple):
+    """The moment a trigger is asked about: its window, the processing time and the
+    watermark (immutable; a named tuple because one is made per window per key visit)."""
+
     window: Window
     processing_time: Instant
     watermark: Instant
@@ -133,10 +135,17 @@ def _earliest(times: Any) -> Instant | None:
 # --- walking the state tree -------------------------------------------------------
 
 
-def _nodes(trigger: Trigger, state: TriggerState) -> Iterator[tuple[Trigger, TriggerState]]:
-    yield trigger, state
-    for child, cstate in zip(trigger.children, state.children):
-        yield from _nodes(child, cstate)
+def _nodes(trigger: Trigger, state: TriggerState) -> list[tuple[Trigger, TriggerState]]:
+    """Every node of the tree with its state, parents before children (depth first); a
+    list, taken before any node is delivered to, and without recursion (walked per timer)."""
+    out: list[tuple[Trigger, TriggerState]] = []
+    stack = [(trigger, state)]
+    while stack:
+        node, s = stack.pop()
+        out.append((node, s))
+        if node.children:
+            stack.extend(reversed(list(zip(node.children, s.children))))
+    return out
 
 
 def next_timers(state: TriggerState) -> tuple[Instant | None, Instant | None]:
@@ -162,14 +171,14 @@ def next_event_timer(trigger: Trigger, state: TriggerState) -> Instant | None:
 
 
 def deliver_processing_timers(trigger: Trigger, state: TriggerState, ctx: TriggerContext) -> None:
-    for node, s in list(_nodes(trigger, state)):
+    for node, s in _nodes(trigger, state):
         if s.processing_timer is not None and s.processing_timer <= ctx.processing_time:
             s.processing_timer = None
             node.on_processing_timer(s, ctx)
 
 
 def deliver_event_timers(trigger: Trigger, state: TriggerState, ctx: TriggerContext) -> None:
-    for node, s in list(_nodes(trigger, state)):
+    for node, s in _nodes(trigger, state):
         if s.event_timer is not None and s.event_timer <= ctx.watermark:
             s.event_timer = None
             node.on_event_timer(s, ctx)
@@ -368,12 +377,12 @@ class AfterWatermark(Trigger):
         self._early = Repeatedly(early) if early is not None else None
         self._late = Repeatedly(late) if late is not None else None
         self.children = tuple(t for t in (self._early, self._late) if t is not None)
+        self._late_at = len(self.children) - 1  # the early child, if any, comes first
 
     def _child(self, state: TriggerState, late: bool) -> tuple[Trigger | None, TriggerState | None]:
-        trig = self._late if late else self._early
-        if trig is None:
-            return None, None
-        return trig, state.children[self.children.index(trig)]
+        if late:
+            return (None, None) if self._late is None else (self._late, state.children[self._late_at])
+        return (None, None) if self._early is None else (self._early, state.children[0])
 
     @staticmethod
     def is_late_phase(state: TriggerState) -> bool:
@@ -395,8 +404,7 @@ class AfterWatermark(Trigger):
         if late:
             merged.data["late"] = True
         merged.children = []
-        for trig in self.children:
-            i = self.children.index(trig)
+        for i, trig in enumerate(self.children):
             if trig is self._early and late:
                 merged.children.append(trig.new_state())  # the early phase is over
             else:
@@ -415,7 +423,7 @@ class AfterWatermark(Trigger):
         if not late and ctx.watermark >= ctx.window.end:
             state.data["late"] = True
             if self._early is not None:  # drop the early phase and its pending timers
-                state.children[self.children.index(self._early)] = self._early.new_state()
+                state.children[0] = self._early.new_state()
             if self._late is None:
                 state.finished = True
             return

@@ -70,19 +70,20 @@ class Schedule:
         i = (bisect.bisect_right if inclusive else bisect.bisect_left)(self.seqs, seq)
         return self.watermarks[i - 1] if i else self.start
 
-    def first_time_after(self, t: Instant, lo: int) -> int:
+    def first_time_after(self, t: Instant, lo: int = 0) -> int:
         """Index of the first step at or after `lo` whose time is after `t`."""
         return bisect.bisect_right(self.times, t, lo)
 
-    def first_watermark_at(self, w: Instant, lo: int) -> int:
+    def first_watermark_at(self, w: Instant, lo: int = 0) -> int:
         """Index of the first step at or after `lo` whose watermark reaches `w`."""
         return bisect.bisect_left(self.watermarks, w, lo)
 
     def first_watermark_above(self, w: Instant, lo: int) -> int:
         return bisect.bisect_right(self.watermarks, w, lo)
 
-    def index_after(self, seq: Seq) -> int:
-        return bisect.bisect_right(self.seqs, seq)
+    def index_after(self, seq: Seq, lo: int = 0) -> int:
+        """Index of the first step at or after `lo` whose seq is after `seq`."""
+        return bisect.bisect_right(self.seqs, seq, lo)
 
 
 @dataclass(frozen=True)
@@ -141,64 +142,83 @@ def run_key(
     ks = state if state is not None else KeyedWindowSet(key, strategy)
     wm = schedule.start if watermark is None else watermark
     out = KeyResult(state=ks)
-    arrivals = sorted(arrivals, key=lambda a: a.seq)
+    arrivals = sorted(arrivals, key=_seq_of)
     tracking = track_holds
     holds = _HoldTracker(schedule, out.holds)
     if tracking and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
+    seqs, times, watermarks, n = schedule.seqs, schedule.times, schedule.watermarks, len(schedule)
+    dropped, dropped_windows = ks.dropped_elements, ks.dropped
+    # The schedule index where a timer / deadline comes due, kept while it stays the same
+    # (a key's next timer and deadline change far less often than it is visited).
+    timer = deadline = None
+    timer_at = deadline_at = n
     i = 0  # next arrival
     j = 0  # next schedule step not yet visited
     while True:
-        candidates: list[tuple[Seq, int]] = []  # (seq, schedule index or -1)
-        if i < len(arrivals):
-            candidates.append((arrivals[i].seq, -1))
+        seq: Seq | None = arrivals[i].seq if i < len(arrivals) else None
+        k = -1  # the schedule index of `seq` once known
         if (t := ks.next_processing_timer()) is not None:
-            k = schedule.first_time_after(t, j)
-            if k < len(schedule):
-                candidates.append((schedule.seqs[k], k))
+            if t != timer:
+                timer, timer_at = t, schedule.first_time_after(t)
+            at = timer_at if timer_at > j else j
+            if at < n and (seq is None or seqs[at] < seq):
+                seq, k = seqs[at], at
         if (d := ks.next_watermark_deadline(wm)) is not None:
-            k = schedule.first_watermark_at(d, j)
-            if k < len(schedule):
-                candidates.append((schedule.seqs[k], k))
-        if not candidates:
+            if d != deadline:
+                deadline, deadline_at = d, schedule.first_watermark_at(d)
+            at = deadline_at if deadline_at > j else j
+            if at < n and (seq is None or seqs[at] < seq):
+                seq, k = seqs[at], at
+        if seq is None:
             break
-        seq = min(candidates)[0]
-        k = schedule.index_after(seq) - 1
-        on_schedule = k >= 0 and schedule.seqs[k] == seq
+        if k < 0:  # an arrival's step, which may lie between schedule steps (downstream)
+            k = schedule.index_after(seq, j) - 1
+        on_schedule = k >= 0 and seqs[k] == seq
         arrival = arrivals[i] if i < len(arrivals) and arrivals[i].seq == seq else None
-        time = schedule.times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
-        new_wm = schedule.watermarks[k] if k >= 0 else schedule.start
+        time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
+        new_wm = watermarks[k] if k >= 0 else schedule.start
         # Steps skipped since the key's last visit had nothing due for it (no deadline at or
         # below their watermarks), so it simply stands at the watermark before this step.
-        wm = max(wm, schedule.watermark_through(seq, inclusive=False))
+        before = k - 1 if on_schedule else k
+        if before >= 0 and watermarks[before] > wm:
+            wm = watermarks[before]
+        elif before < 0 and schedule.start > wm:
+            wm = schedule.start
         while (t := ks.next_processing_timer()) is not None and t < time:
             sub = (*seq, TIMERS, t)
-            out.panes += [(sub, p) for p in ks.fire_processing_timers(t, wm)]
+            if panes := ks.fire_processing_timers(t, wm):
+                out.panes += [(sub, p) for p in panes]
             if tracking:
                 holds.observe(sub, t, ks.output_hold(wm), wm)
         if arrival is not None:
-            before, before_pairs = ks.dropped_elements, ks.dropped
             sub = (*seq, ELEMENTS, 0)
-            if arrival.elements:
-                out.panes += [(sub, p) for p in ks.add_bundle(arrival.elements, time, wm)]
-            if arrival.combined:
-                out.panes += [(sub, p) for p in ks.add_combined(arrival.combined, time, wm)]
-            out.elements += arrival.count
-            out.dropped += ks.dropped_elements - before
-            out.dropped_windows += ks.dropped - before_pairs
+            if arrival.elements and (panes := ks.add_bundle(arrival.elements, time, wm)):
+                out.panes += [(sub, p) for p in panes]
+            if arrival.combined and (panes := ks.add_combined(arrival.combined, time, wm)):
+                out.panes += [(sub, p) for p in panes]
             if tracking:
                 holds.observe(sub, time, ks.output_hold(wm), wm)
             i += 1
         if new_wm > wm:
             sub = (*seq, WATERMARK, 0)
             if (d := ks.next_watermark_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
-                out.panes += [(sub, p) for p in ks.advance_watermark(wm, new_wm, time)]
+                if panes := ks.advance_watermark(wm, new_wm, time):
+                    out.panes += [(sub, p) for p in panes]
             wm = new_wm
             if tracking:
                 holds.observe(sub, time, ks.output_hold(wm), wm)
-        j = max(j, k + 1)
+        if k + 1 > j:
+            j = k + 1
+    out.elements = sum(a.count for a in arrivals)
+    out.dropped = ks.dropped_elements - dropped  # only elements change these
+    out.dropped_windows = ks.dropped - dropped_windows
     holds.close()
     return out
+
+
+def _seq_of(arrival: Arrival) -> Seq:
+    return arrival.seq
 
 
 def _carry_in(holds: "_HoldTracker", schedule: Schedule, hold: Instant, wm: Instant) -> None:
