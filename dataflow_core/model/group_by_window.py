@@ -105,6 +105,7 @@ class KeyedWindowSet:
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
         self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
+        self._deadline: tuple[int, Instant, Instant | None] | None = None  # (windows' version, watermark, deadline)
 
     # --- input ------------------------------------------------------------------
 
@@ -258,16 +259,19 @@ class KeyedWindowSet:
         """The least watermark at which `advance_watermark` has something to do for this key:
         a window end to pass, an event-time timer, or a garbage collection."""
         windows: WindowMap = self.windows  # type: ignore[assignment]
+        memo = self._deadline  # it depends on the ends and event timers only: their version
+        if memo is not None and memo[0] == windows.version and memo[1] == watermark:
+            return memo[2]
         least = windows.least_end()
-        if least is None:
-            return None
-        deadline = self.strategy.gc_time_of_end(least)  # gc time grows with the end
-        end = windows.next_end_after(watermark)  # closed windows too: they may owe an on-time pane
-        if end is not None and end < deadline:
-            deadline = end
-        timer = windows.next_event_timer()
-        if timer is not None and timer < deadline:
-            deadline = timer
+        deadline = None if least is None else self.strategy.gc_time_of_end(least)  # gc time grows with the end
+        if deadline is not None:
+            end = windows.next_end_after(watermark)  # closed windows too: they may owe an on-time pane
+            if end is not None and end < deadline:
+                deadline = end
+            timer = windows.next_event_timer()
+            if timer is not None and timer < deadline:
+                deadline = timer
+        self._deadline = (windows.version, watermark, deadline)
         return deadline
 
     @_changes_windows

@@ -13,19 +13,18 @@ meaning every SQL form must have (property tests hold them equal).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Hashable, Iterable
+from typing import Any, Hashable, Iterable, NamedTuple
 
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
 from dataflow_core.model.windows import AssignContext, Window
 
 
-@dataclass(frozen=True)
-class Combined:
+class Combined(NamedTuple):
     """One step's elements of one window (before merging), pre-combined: the combiner's
     accumulator of their values, how many there were and their least and greatest event
-    time; additions and retractions come apart."""
+    time; additions and retractions come apart. (Immutable; a named tuple because a
+    replay makes one per key, window and step.)"""
 
     window: Window
     acc: Any

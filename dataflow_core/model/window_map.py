@@ -11,7 +11,8 @@ The index cannot go stale: window ends follow the dict's own mutators (whoever a
 removes a window), and timers are pushed by `note_timers` whenever a window's cached
 timers change (and on insertion). Timer heaps are cleaned lazily: an entry counts only
 while the window it names is present and still has that timer. The earliest live entry
-is remembered until the map or a timer changes (a runner asks several times per visit).
+is remembered until the map or a timer changes (a runner asks several times per visit);
+`version` counts those changes, so that an owner may remember answers derived from them.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         self._tie = itertools.count()
         self._next_processing: Instant | None = _UNKNOWN  # remembered earliest live timers
         self._next_event: Instant | None = _UNKNOWN
+        self.version = 0  # grows whenever the ends or timers may have changed
         for w, ws in items:
             self[w] = ws
 
@@ -91,7 +93,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         self.ends.clear()
         self._processing.clear()
         self._event.clear()
-        self._next_processing = self._next_event = _UNKNOWN
+        self._changed()
 
     def copy(self) -> "WindowMap":
         return WindowMap(self.items())
@@ -103,7 +105,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
     def _forget_end(self, end: Instant) -> None:
         """A window left: its end leaves `ends`, and its timers no longer count."""
         del self.ends[bisect.bisect_left(self.ends, end)]
-        self._next_processing = self._next_event = _UNKNOWN
+        self._changed()
 
     # --- ends -------------------------------------------------------------------------
 
@@ -119,7 +121,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
 
     def note_timers(self, ws: WindowState) -> None:
         """Index the window's cached timers (called whenever they change)."""
-        self._next_processing = self._next_event = _UNKNOWN
+        self._changed()
         if ws.processing_timer is not None:
             heapq.heappush(self._processing, (ws.processing_timer, next(self._tie), ws.window))
         if ws.event_timer is not None:
@@ -139,7 +141,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         """The windows whose processing timer is at or before `now` (each once), taken off
         the index: the caller delivers them, and whatever timers they set next are indexed
         anew by `note_timers`, which the caller must call for each of them."""
-        self._next_processing = _UNKNOWN
+        self._changed()
         heap = self._processing
         due: dict[Window, None] = {}
         while heap and heap[0][0] <= now:
@@ -148,6 +150,10 @@ class WindowMap(dict):  # dict[Window, WindowState]
             if ws is not None and ws.processing_timer == t:
                 due[w] = None
         return list(due)
+
+    def _changed(self) -> None:
+        self._next_processing = self._next_event = _UNKNOWN
+        self.version += 1
 
     def _least(self, heap: list[_Entry], attr: str) -> Instant | None:
         while heap:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from dataclasses import dataclass, field
-from typing import Any, Callable, Hashable, Iterable, Sequence
+from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.lifting import Combined, combine_bundle, lifts
@@ -86,11 +86,11 @@ class Schedule:
         return bisect.bisect_right(self.seqs, seq, lo)
 
 
-@dataclass(frozen=True)
-class Arrival:
+class Arrival(NamedTuple):
     """Elements of one key arriving at one step (`seq`) at processing time `time`: the
     elements themselves, or (combiner lifting, `model.lifting`) `combined`, the same bundle
-    pre-combined per window, with `elements` empty."""
+    pre-combined per window, with `elements` empty. (Immutable; a named tuple because a
+    replay makes one per key and step.)"""
 
     seq: Seq
     time: Instant

@@ -57,9 +57,13 @@ def combined_by_seq(table: Any, strategy: WindowingStrategy) -> dict[tuple, tupl
     cols = {name: table.column(name).to_pylist() for name in LIFTED_COLUMNS}
     from_partial = strategy.combiner.from_partial
     by_seq: dict[tuple, tuple[int, list[Combined]]] = {}
+    windows: dict[tuple, Any] = {}  # one object per window: a key's rows name few windows, many times
     for start, end, partial, n, lo, hi, retraction, seq, at in zip(*(cols[c] for c in LIFTED_COLUMNS)):
         slot = by_seq.setdefault(tuple(seq), (at, []))
-        slot[1].append(Combined(window_of(start, end), from_partial(partial), n, lo, hi, bool(retraction)))
+        w = windows.get((start, end))
+        if w is None:
+            w = windows[start, end] = window_of(start, end)
+        slot[1].append(Combined(w, from_partial(partial), n, lo, hi, bool(retraction)))
     for _, parts in by_seq.values():
         parts.sort(key=lambda p: (p.window.end, p.window.start, p.retraction))
     return by_seq
