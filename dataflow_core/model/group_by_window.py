@@ -86,7 +86,7 @@ def _changes_windows(method: _F) -> _F:
         try:
             return method(self, *args, **kwargs)
         finally:
-            if self._cached:
+            if self._cached:  # read while changing: stale now
                 self._cached = {}
 
     return changing  # type: ignore[return-value]
@@ -175,7 +175,7 @@ class KeyedWindowSet:
         s = self.strategy
         panes: list[Pane] = []
         contexts = touched if isinstance(touched, dict) else {}
-        for w in self._ordered(touched):
+        for w in (touched if len(touched) == 1 else self._ordered(touched)):
             ws = self.windows.get(w)
             if ws is not None and not ws.closed:
                 ctx = contexts.get(w) or self._ctx(w, at, watermark)

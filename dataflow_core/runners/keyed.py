@@ -149,6 +149,7 @@ def run_key(
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
     seqs, times, watermarks, n = schedule.seqs, schedule.times, schedule.watermarks, len(schedule)
     dropped, dropped_windows = ks.dropped_elements, ks.dropped
+    next_timer, next_deadline = ks.next_processing_timer, ks.next_watermark_deadline
     # The schedule index where a timer / deadline comes due, kept while it stays the same
     # (a key's next timer and deadline change far less often than it is visited).
     timer = deadline = None
@@ -158,13 +159,13 @@ def run_key(
     while True:
         seq: Seq | None = arrivals[i].seq if i < len(arrivals) else None
         k = -1  # the schedule index of `seq` once known
-        if (t := ks.next_processing_timer()) is not None:
+        if (t := next_timer()) is not None:
             if t != timer:
                 timer, timer_at = t, schedule.first_time_after(t)
             at = timer_at if timer_at > j else j
             if at < n and (seq is None or seqs[at] < seq):
                 seq, k = seqs[at], at
-        if (d := ks.next_watermark_deadline(wm)) is not None:
+        if (d := next_deadline(wm)) is not None:
             if d != deadline:
                 deadline, deadline_at = d, schedule.first_watermark_at(d)
             at = deadline_at if deadline_at > j else j
@@ -185,7 +186,7 @@ def run_key(
             wm = watermarks[before]
         elif before < 0 and schedule.start > wm:
             wm = schedule.start
-        while (t := ks.next_processing_timer()) is not None and t < time:
+        while (t := next_timer()) is not None and t < time:
             sub = (*seq, TIMERS, t)
             if panes := ks.fire_processing_timers(t, wm):
                 out.panes += [(sub, p) for p in panes]
@@ -202,7 +203,7 @@ def run_key(
             i += 1
         if new_wm > wm:
             sub = (*seq, WATERMARK, 0)
-            if (d := ks.next_watermark_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
+            if (d := next_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
                 if panes := ks.advance_watermark(wm, new_wm, time):
                     out.panes += [(sub, p) for p in panes]
             wm = new_wm
