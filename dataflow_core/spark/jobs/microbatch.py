@@ -62,7 +62,7 @@ from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, committed_stream, fence, next_batch, records,
+    ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
     refuse_if_backfill_holds,
 )
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
@@ -196,12 +196,13 @@ def _begin(
     """This batch's record, claimed (a retry resumes the unfinished batch with the next
     attempt), and the last finished one; None when there is nothing to do: the stream
     re-delivered a batch that already finished, or a tick at the last batch's time."""
-    known = records(spark, spec)
+    log = read_log(spark, spec)  # one read of dataflow_batches for the records and the stream
+    known = log.records
     last_finished = next((r for r in known if r["status"] == "finished"), None)
     latest = known[0] if known else None
     refuse_if_backfill_holds(spec, latest)
     if stream_batch is not None:
-        done_stream, done_id, done_batch = committed_stream(spark, spec)
+        done_stream, done_id, done_batch = log.committed
         if done_id is not None and stream_id is not None and done_id != stream_id:
             raise DataflowError(
                 f"pipeline {spec.name!r}: its stream checkpoint was recreated (stream {stream_id}, but batch "
@@ -291,15 +292,15 @@ def _compute(spark, spec: PipelineSpec, rows, rec: BatchRecord, prev: dict | Non
         estimator.load_state(json.loads(prev["estimator_state"]))
     old_wm = prev_wms.get("input", BEGINNING_OF_TIME)
     ledger = Ledger()
-    els, arrived = _accepted(spark, spec, rows, rec, old_wm, ledger, txn)
+    els, arrived, cached = _accepted(spark, spec, rows, rec, old_wm, ledger, txn)
     new_wm = estimator.update(Progress(batch_event_times=arrived, processing_time=rec.now))
     say(f"batch {rec.batch} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
         f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {format_watermark(new_wm)}")
     schedule = Schedule([Step((rec.batch,), rec.now, new_wm)], old_wm,
                         start_time=prev["now_ms"] if prev else BEGINNING_OF_TIME)
     rec.watermarks = _run_stages(spark, spec, els, schedule, rec, prev_wms, ledger, txn, say)
-    if els is not None:
-        els.unpersist()
+    if cached is not None:
+        cached.unpersist()
     rec.estimator = estimator
     return ledger
 
@@ -330,17 +331,18 @@ def _readable(spec: PipelineSpec, rec: BatchRecord) -> Iterator[None]:
 
 
 def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant, ledger: Ledger, txn):
-    """The batch's input as elements (persisted; None for a tick): selected, bad rows
+    """The batch's input as elements (None for a tick): selected, bad rows
     quarantined, deliveries of ids seen in earlier batches dropped as duplicates; the ids
     it accepts are remembered. Fills the ledger's input side. Also returns the least and
     greatest event time of the valid rows that arrived, duplicates included: what the
     watermark estimator observes (rows a backfill counted before the stream delivered them
-    are duplicates then, and still tell how far event time has come)."""
+    are duplicates then, and still tell how far event time has come); and the persisted
+    DataFrame the elements are read from, to unpersist after the batch."""
     from pyspark.sql import functions as F
 
     if rows is None:
         crash_point("deduplicated")
-        return None, ()
+        return None, (), None
     if spec.where:
         rows = rows.where(F.expr(spec.where))
     tagged = tag_rows(spark, spec, rows).persist()
@@ -350,26 +352,22 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
         write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
     crash_point("quarantined")
     candidates = elements(spec, tagged)
-    arrived = _event_time_range(candidates)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
-    if seen is not None:
-        candidates = candidates.join(seen.select("event_id"), "event_id", "left_anti")
-    els = candidates.persist()
-    ledger.accepted = els.count()
+    if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
+        candidates = candidates.join(seen.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
+    else:
+        candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
+    candidates = candidates.persist()
+    stats = candidates.agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
+                           F.count_if(F.col("_seen").isNull()).alias("new")).first()
+    arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
+    els = candidates.where(F.col("_seen").isNull()).drop("_seen")
+    ledger.accepted = int(stats["new"])
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), old_wm if rec.batch % 100 == 0 else None)
     tagged.unpersist()
     crash_point("deduplicated")
-    return els, arrived
-
-
-def _event_time_range(els) -> tuple:
-    from pyspark.sql import functions as F
-
-    if els is None:
-        return ()
-    stats = els.agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi")).first()
-    return (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
+    return els, arrived, candidates
 
 
 def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRecord, prev_wms: dict,
@@ -393,14 +391,13 @@ def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRe
                 "at_ms", F.col("emitted_at"))
             arrivals = elements_from_panes(panes, upstream.stage, stage, passthrough=("seq", "at_ms"))
         current = _run(spark, spec, stage, arrivals, schedule, rec, first=upstream is None)
-        counts = _write(spark, current, rec, txn)
+        counts, (aggregated, dropped) = _write(spark, current, rec, txn)
         ledger.per_stage[stage.output] = counts
         ledger.panes += counts["panes"]
         ledger.retractions += counts["retractions"]
         if upstream is None:
-            totals = current.out.where("kind = 'stats'").agg(F.sum("elements").alias("e"), F.sum("dropped").alias("d")).first()
-            ledger.dropped_late = int(totals["d"] or 0)
-            ledger.aggregated = int(totals["e"] or 0) - ledger.dropped_late
+            ledger.dropped_late = dropped
+            ledger.aggregated = aggregated - dropped
         else:
             upstream.out.unpersist()
         upstream = current
@@ -494,14 +491,20 @@ def _spans(spark, upstream: _StageOutput, schedule: Schedule, rec: BatchRecord) 
     return spans
 
 
-def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> dict[str, int]:
-    """The stage's panes, results and state, each under this batch's idempotent key."""
+def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[str, int], tuple[int, int]]:
+    """The stage's panes, results and state, each under this batch's idempotent key.
+    Returns the pane counts and the elements the stage took and dropped as late (one
+    pass over its output for both)."""
     from pyspark.sql import functions as F
 
     stage, run_id = current.stage, f"batch-{rec.batch}"
     panes = current.out.where("kind = 'pane'")
-    counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r"),
-                       F.min("window_end").alias("end")).first()
+    pane, stats = F.col("kind") == "pane", F.col("kind") == "stats"
+    counts = current.out.agg(
+        F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
+        F.min(F.when(pane, F.col("window_end"))).alias("end"),
+        F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
+    ).first()
     emitted = counts["p"] + counts["r"] > 0
     if emitted:
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
@@ -512,4 +515,5 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> dict[str, int
     crash_point(f"{stage.output}-results")
     write_state(spark, stage, current.out, rec.batch, txn(state_table(stage)))
     crash_point(f"{stage.output}-state")
-    return {"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0}
+    return ({"panes": int(counts["p"]), "retractions": int(counts["r"]), "corrected_windows": 0},
+            (int(counts["e"] or 0), int(counts["d"] or 0)))

@@ -12,7 +12,9 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Iterator, Sequence
 
-from dataflow_core.spark.platform.tables import register_table, table_exists, table_path
+from dataflow_core.spark.platform.tables import (
+    commit_info, register_table, snapshot_version, table_exists, table_path,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,12 +49,11 @@ def append_rows(spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | 
 
 
 def table_version(spark: "SparkSession", name: str) -> int:
-    """The table's latest version (-1 when it does not exist)."""
-    from delta.tables import DeltaTable
-
+    """The table's latest version (-1 when it does not exist), without a query
+    (`tables.snapshot_version`)."""
     if not table_exists(spark, name):
         return -1
-    return int(DeltaTable.forPath(spark, table_path(spark, name)).history(1).collect()[0]["version"])
+    return snapshot_version(spark, table_path(spark, name))
 
 
 def read_as_of(spark: "SparkSession", name: str, version: int) -> "DataFrame | None":
@@ -83,8 +84,9 @@ def merge_rows(
         else:
             empty.write.format("delta").save(table_path(spark, name))
         register_table(spark, name)
-    target = DeltaTable.forPath(spark, table_path(spark, name))
-    version = target.history(1).collect()[0]["version"]
+    path = table_path(spark, name)
+    target = DeltaTable.forPath(spark, path)
+    version = snapshot_version(spark, path)
     cond = " AND ".join([f"t.`{k}` <=> s.`{k}`" for k in keys] + ([target_filter] if target_filter else []))
     columns = [c for c in rows.columns if c != "_delete"]
     values = {f"`{c}`": f"s.`{c}`" for c in columns}
@@ -99,8 +101,8 @@ def merge_rows(
     with idempotent(spark, txn):
         m.execute()
     register_table(spark, name)
-    last = target.history(1).collect()[0]
-    if last["version"] == version:
-        return 0  # nothing to change: no commit
-    metrics = last["operationMetrics"] or {}
+    after = snapshot_version(spark, path)
+    if after == version:
+        return 0  # nothing to change (or skipped under `txn`): no commit
+    metrics = commit_info(spark, path, after).get("operationMetrics") or {}
     return sum(int(metrics.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))

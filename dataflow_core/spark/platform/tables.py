@@ -212,15 +212,46 @@ def _check_unique_keys(df: "DataFrame", name: str, keys: Sequence[str]) -> None:
         )
 
 
-def _last_commit(spark: "SparkSession", name: str) -> WriteResult:
-    from delta.tables import DeltaTable
+def snapshot_version(spark: "SparkSession", path: str) -> int:
+    """The latest version of the Delta table at `path`, from its log's fresh snapshot: a
+    listing of `_delta_log`, no Spark job (`history()` costs a query)."""
+    none = spark._jvm.scala.Option.empty()
+    return int(_delta_log(spark, path).update(False, none, none).version())
 
+
+def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
+    """The `commitInfo` action of commit `version` of the table at `path` (operation,
+    operationMetrics), read from its log file through Hadoop's FileSystem: what
+    `history(1)` says, without a query."""
+    import json
+
+    jvm = spark._jvm
+    file = jvm.org.apache.hadoop.fs.Path(_delta_log(spark, path).logPath(), f"{version:020d}.json")
+    fs = file.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
+    stream = fs.open(file)
+    try:
+        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+    finally:
+        stream.close()
+    for line in text.splitlines():
+        action = json.loads(line) if line.strip() else {}
+        if "commitInfo" in action:
+            return action["commitInfo"]
+    return {}
+
+
+def _delta_log(spark: "SparkSession", path: str):
+    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+
+
+def _last_commit(spark: "SparkSession", name: str) -> WriteResult:
     path = table_path(spark, name)
-    row = DeltaTable.forPath(spark, path).history(1).collect()[0]
-    metrics = row["operationMetrics"] or {}
-    if row["operation"] == "MERGE":
+    version = snapshot_version(spark, path)
+    info = commit_info(spark, path, version)
+    metrics = info.get("operationMetrics") or {}
+    if info.get("operation") == "MERGE":
         inserted = int(metrics.get("numTargetRowsInserted", 0))
         updated = int(metrics.get("numTargetRowsUpdated", 0))
     else:
         inserted, updated = int(metrics.get("numOutputRows", 0)), 0
-    return WriteResult(name, path, int(row["version"]), inserted, updated)
+    return WriteResult(name, path, version, inserted, updated)

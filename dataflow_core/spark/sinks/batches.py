@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.platform.delta import append_rows
+from dataflow_core.spark.platform.delta import append_rows, table_version
 from dataflow_core.spark.platform.tables import read_table, table_exists
 from dataflow_core.spark.sinks.runs import Ledger
 
@@ -58,6 +58,7 @@ class BatchRecord:
     estimator: Any = None  # the watermark estimator after the batch (or its state, as JSON text)
     holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
     skip: str | None = None  # the operator's reason when this batch is skipped (its rows quarantined)
+    fenced_at: int = -1  # dataflow_batches' version when `fence` last found no later attempt (not stored)
 
 
 def checkpoint_path(spark: "SparkSession", pipeline: str) -> str:
@@ -75,33 +76,59 @@ def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
     return read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name)
 
 
+@dataclass(frozen=True)
+class BatchLog:
+    """What one read of `dataflow_batches` says about a pipeline: its `records` (see
+    `records`) and `committed`, its last finished batch (since the last reset) that consumed
+    stream input: its stream batch, the stream's query id and the batch number. One query,
+    since each costs a Spark job and a Delta snapshot."""
+
+    records: list[dict]
+    committed: tuple[int | None, str | None, int | None]
+
+
+def read_log(spark, spec: PipelineSpec) -> BatchLog:
+    """The pipeline's BatchLog: the rows of its last two batches and of its last finished
+    stream batch, with the number of its last reset, in one query."""
+    from pyspark.sql import functions as F
+
+    batches = batch_rows(spark, spec)
+    if batches is None:
+        return BatchLog([], (None, None, None))
+    attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
+    stream_id = F.col("stream_id") if "stream_id" in batches.columns else F.lit(None).cast("string")
+    streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
+    marks = batches.agg(F.max("batch").alias("_top"), F.max(F.when(F.col("status") == RESET, F.col("batch"))).alias("_reset"),
+                        F.max(F.when(streamed, F.col("batch"))).alias("_streamed"))
+    rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).withColumn("_stream_id", stream_id).crossJoin(
+        marks).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
+    top = max((r["_top"] for r in rows), default=None)
+    recent = sorted((r for r in rows if r["batch"] >= top - 1), key=lambda r: (-r["batch"], r["status"], -r["_attempt"])) \
+        if top is not None else []
+    skips = {r["batch"]: r["reason"] or "" for r in recent if r["status"] == SKIP}
+    out = []
+    for r in recent:
+        if r["status"] == SKIP:
+            continue
+        row = r.asDict()
+        for k in ("_top", "_reset", "_streamed", "_stream_id"):
+            row.pop(k)
+        out.append({**row, "skip": skips.get(r["batch"])})
+        if r["status"] == RESET:
+            break
+    last = next((r for r in rows if r["_streamed"] is not None and r["batch"] == r["_streamed"] and r["status"] == "finished"
+                 and r["stream_batch"] is not None and (r["_reset"] is None or r["batch"] > r["_reset"])), None)
+    committed = (None, None, None) if last is None else (last["stream_batch"], last["_stream_id"], last["batch"])
+    return BatchLog(out, committed)
+
+
 def records(spark, spec: PipelineSpec) -> list[dict]:
     """The records of the last two batches (so the last finished one is among them, however
     many attempts the latest took): per batch 'finished' first, then attempts newest first;
     a 'reset' row ends the list (what came before it is another life of the pipeline). A
     skip request is no record of its own: each record of its batch carries its reason
     (`skip`, None when not requested)."""
-    from pyspark.sql import functions as F
-
-    batches = batch_rows(spark, spec)
-    if batches is None:
-        return []
-    top = batches.agg(F.max("batch").alias("b")).first()["b"]
-    if top is None:
-        return []
-    attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
-    rows = batches.where(F.col("batch") >= F.lit(top - 1)).withColumn("_attempt", F.coalesce(attempt, F.lit(0))).orderBy(
-        F.col("batch").desc(), F.col("status").asc(), F.col("_attempt").desc()
-    ).collect()
-    skips = {r["batch"]: r["reason"] or "" for r in rows if r["status"] == SKIP}
-    out = []
-    for r in rows:
-        if r["status"] == SKIP:
-            continue
-        out.append({**r.asDict(), "skip": skips.get(r["batch"])})
-        if r["status"] == RESET:
-            break
-    return out
+    return read_log(spark, spec).records
 
 
 def next_batch(known: list[dict]) -> int:
@@ -136,17 +163,16 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
 
 def claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
     """Claim attempt `rec.attempt` at batch `rec.batch`; refused when another run claimed it
-    first (Delta commits at most one row per idempotent key)."""
-    from pyspark.sql import functions as F
-
+    first (Delta commits at most one row per idempotent key). The same read fences the
+    claim (`fence`)."""
     failure: Exception | None = None
     try:
         append_record(spark, spec, rec, "started", None)
     except Exception as exc:  # a concurrent claim of the same key fails the loser's commit
         failure = exc
-    mine = batch_rows(spark, spec).where(
-        (F.col("batch") == rec.batch) & (F.col("status") == "started") & (F.col("attempt") == rec.attempt)
-    ).select("run_token").collect()
+    version = table_version(spark, BATCHES_TABLE)
+    attempts = _attempts(spark, spec, rec)
+    mine = [r for r in attempts if r["attempt"] == rec.attempt]
     if mine and mine[0]["run_token"] != rec.token:
         raise PipelineBusy(
             f"pipeline {spec.name!r} is already running: another run claimed batch {rec.batch} "
@@ -154,39 +180,38 @@ def claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
         )
     if not mine:
         raise failure or DataflowError(f"pipeline {spec.name!r}: the claim of batch {rec.batch} did not commit")
+    _refuse_superseded(spec, rec, attempts)
+    rec.fenced_at = version
 
 
 def fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
-    """Stop before a commit if a later attempt took this batch over (this run is a zombie)."""
+    """Stop before a commit if a later attempt took this batch over (this run is a zombie).
+    While `dataflow_batches` has no commit since the last check, no attempt can have
+    claimed the batch: its log's version says so without a query."""
+    version = table_version(spark, BATCHES_TABLE)
+    if version == rec.fenced_at:
+        return
+    _refuse_superseded(spec, rec, _attempts(spark, spec, rec))
+    rec.fenced_at = version
+
+
+def _attempts(spark, spec: PipelineSpec, rec: BatchRecord) -> list:
+    """The `started` rows of `rec`'s batch from its attempt on (attempt, run_token)."""
     from pyspark.sql import functions as F
 
-    latest = batch_rows(spark, spec).where((F.col("batch") == rec.batch) & (F.col("status") == "started")).agg(
-        F.max("attempt").alias("a")).first()["a"]
+    return batch_rows(spark, spec).where(
+        (F.col("batch") == rec.batch) & (F.col("status") == "started") & (F.col("attempt") >= rec.attempt)
+    ).select("attempt", "run_token").collect()
+
+
+def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, attempts: list) -> None:
+    latest = max((r["attempt"] for r in attempts), default=None)
     if latest is not None and latest > rec.attempt:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: another run took over batch {rec.batch} (attempt {latest}) while "
             f"this one (attempt {rec.attempt}) was still going; this run stopped, and what it had "
             "committed is exactly what the other commits"
         )
-
-
-def committed_stream(spark, spec: PipelineSpec) -> tuple[int | None, str | None, int | None]:
-    """The last finished batch that consumed stream input: its stream batch, the stream's
-    query id and the batch number."""
-    from pyspark.sql import functions as F
-
-    batches = batch_rows(spark, spec)
-    if batches is None:
-        return None, None, None
-    reset = batches.where(F.col("status") == RESET).agg(F.max("batch").alias("b")).first()["b"]
-    if reset is not None:
-        batches = batches.where(F.col("batch") > reset)
-    row = batches.where((F.col("status") == "finished") & F.col("stream_batch").isNotNull()).agg(
-        F.max_by("stream_batch", "batch").alias("s"),
-        F.max_by("stream_id" if "stream_id" in batches.columns else F.lit(None).cast("string"), "batch").alias("id"),
-        F.max("batch").alias("b"),
-    ).first()
-    return row["s"], row["id"], row["b"]
 
 
 def holder_of(record: dict) -> str:
