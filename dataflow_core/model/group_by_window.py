@@ -105,7 +105,8 @@ class KeyedWindowSet:
         self.dropped = 0  # element-window pairs dropped as late or for a closed window
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
         self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
-        self._deadline: tuple[int, Instant, Instant | None] | None = None  # (windows' version, watermark, deadline)
+        # (windows' version, watermarks [from, to) it holds for, deadline): see next_watermark_deadline
+        self._deadline: tuple[int, Instant, Instant | None, Instant | None] | None = None
 
     # --- input ------------------------------------------------------------------
 
@@ -189,9 +190,10 @@ class KeyedWindowSet:
         and indexes them when they change (`WindowMap.note_timers`); `reindex` after
         `WindowMap.due_processing_timers` took the window's timer off the index."""
         pt, et = (None, None) if ws.closed else next_timers(ws.trigger)
-        if reindex or pt != ws.processing_timer or et != ws.event_timer:
+        event_changed = et != ws.event_timer
+        if reindex or event_changed or pt != ws.processing_timer:
             ws.processing_timer, ws.event_timer = pt, et
-            self.windows.note_timers(ws)  # type: ignore[attr-defined]
+            self.windows.note_timers(ws, event_changed)  # type: ignore[attr-defined]
 
     def _place(self, w: Window, at: Instant, watermark: Instant, touched: set[Window]) -> WindowState:
         """The state of the window an element assigned to `w` belongs to, after merging."""
@@ -259,19 +261,23 @@ class KeyedWindowSet:
         """The least watermark at which `advance_watermark` has something to do for this key:
         a window end to pass, an event-time timer, or a garbage collection."""
         windows: WindowMap = self.windows  # type: ignore[assignment]
-        memo = self._deadline  # it depends on the ends and event timers only: their version
-        if memo is not None and memo[0] == windows.version and memo[1] == watermark:
-            return memo[2]
+        # It depends on the ends and event timers (their version) and, through the next end
+        # after the watermark, on the watermark only up to that end: the answer for `w` holds
+        # for every watermark in [w, next end after w) (no end lies in between).
+        memo = self._deadline
+        if (memo is not None and memo[0] == windows.version and memo[1] <= watermark
+                and (memo[2] is None or watermark < memo[2])):
+            return memo[3]
         least = windows.least_end()
         deadline = None if least is None else self.strategy.gc_time_of_end(least)  # gc time grows with the end
+        end = windows.next_end_after(watermark)  # closed windows too: they may owe an on-time pane
         if deadline is not None:
-            end = windows.next_end_after(watermark)  # closed windows too: they may owe an on-time pane
             if end is not None and end < deadline:
                 deadline = end
             timer = windows.next_event_timer()
             if timer is not None and timer < deadline:
                 deadline = timer
-        self._deadline = (windows.version, watermark, deadline)
+        self._deadline = (windows.version, watermark, end, deadline)
         return deadline
 
     @_changes_windows

@@ -12,7 +12,8 @@ removes a window), and timers are pushed by `note_timers` whenever a window's ca
 timers change (and on insertion). Timer heaps are cleaned lazily: an entry counts only
 while the window it names is present and still has that timer. The earliest live entry
 is remembered until the map or a timer changes (a runner asks several times per visit);
-`version` counts those changes, so that an owner may remember answers derived from them.
+`version` counts changes of the ends and event-time timers (not of processing-time timers,
+which change on most visits), so that an owner may remember answers derived from them.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         self._tie = itertools.count()
         self._next_processing: Instant | None = _UNKNOWN  # remembered earliest live timers
         self._next_event: Instant | None = _UNKNOWN
-        self.version = 0  # grows whenever the ends or timers may have changed
+        self.version = 0  # grows whenever the ends or event-time timers may have changed
         for w, ws in items:
             self[w] = ws
 
@@ -119,13 +120,17 @@ class WindowMap(dict):  # dict[Window, WindowState]
 
     # --- timers -----------------------------------------------------------------------
 
-    def note_timers(self, ws: WindowState) -> None:
-        """Index the window's cached timers (called whenever they change)."""
-        self._changed()
+    def note_timers(self, ws: WindowState, event_changed: bool = True) -> None:
+        """Index the window's cached timers (called whenever they change); `event_changed`
+        False says its event-time timer is the one already indexed (only the processing-time
+        timer changed), which leaves `version` alone."""
+        self._next_processing = _UNKNOWN
         if ws.processing_timer is not None:
             heapq.heappush(self._processing, (ws.processing_timer, next(self._tie), ws.window))
-        if ws.event_timer is not None:
-            heapq.heappush(self._event, (ws.event_timer, next(self._tie), ws.window))
+        if event_changed:
+            self._changed()
+            if ws.event_timer is not None:
+                heapq.heappush(self._event, (ws.event_timer, next(self._tie), ws.window))
 
     def next_processing_timer(self) -> Instant | None:
         if self._next_processing is _UNKNOWN:
@@ -141,7 +146,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         """The windows whose processing timer is at or before `now` (each once), taken off
         the index: the caller delivers them, and whatever timers they set next are indexed
         anew by `note_timers`, which the caller must call for each of them."""
-        self._changed()
+        self._next_processing = _UNKNOWN  # event-time timers and ends stay as they are
         heap = self._processing
         due: dict[Window, None] = {}
         while heap and heap[0][0] <= now:
