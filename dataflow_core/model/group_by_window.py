@@ -145,11 +145,13 @@ class KeyedWindowSet:
         (one window per element, not merging; a summarizable trigger)."""
         s = self.strategy
         combiner, trigger, windows = s.combiner, s.trigger, self.windows
-        touched: dict[Window, TriggerContext] = {}  # (a set, with each window's context)
+        late_below = watermark - s.allowed_lateness  # `s.is_late(w, watermark)`: gc time at or below it
+        late_all = END_OF_TIME <= watermark  # (gc times are capped at the end of time)
+        touched: dict[Window, tuple[WindowState, TriggerContext]] = {}  # with each window's context
         for part in parts:
             w = part.window
             ws = windows.get(w)
-            if s.is_late(w, watermark) or (ws is not None and ws.closed):
+            if late_all or w.end <= late_below or (ws is not None and ws.closed):
                 self.dropped += part.count  # one window per element: the element is dropped
                 self.dropped_elements += part.count
                 continue
@@ -160,13 +162,35 @@ class KeyedWindowSet:
             else:
                 ws.acc = combiner.merge_accumulators([ws.acc, part.acc])
             ws.pending += part.count
-            ws.ts_min = part.earliest if ws.ts_min is None or part.earliest < ws.ts_min else ws.ts_min
-            ws.ts_max = part.latest if ws.ts_max is None or part.latest > ws.ts_max else ws.ts_max
-            ctx = touched.get(w)
-            if ctx is None:
-                ctx = touched[w] = self._ctx(w, at, watermark)
+            if ws.ts_min is None or part.earliest < ws.ts_min:
+                ws.ts_min = part.earliest
+            if ws.ts_max is None or part.latest > ws.ts_max:
+                ws.ts_max = part.latest
+            seen = touched.get(w)
+            if seen is None:
+                ctx = TriggerContext(w, at, watermark)
+                touched[w] = (ws, ctx)
+            else:
+                ctx = seen[1]
             trigger.on_elements(ws.trigger, ctx, part.count, part.earliest, part.latest)
-        return self._evaluate(touched, at, watermark)
+        if not touched:
+            return []
+        if len(touched) == 1:
+            (ws, ctx), = touched.values()
+            return self._evaluate_one(ws, ctx)
+        panes: list[Pane] = []
+        for w in self._ordered(touched):
+            panes += self._evaluate_one(*touched[w])
+        return panes
+
+    def _evaluate_one(self, ws: WindowState, ctx: TriggerContext) -> list[Pane]:
+        """`_evaluate` of one window whose state and context are at hand (no merging happened
+        since they were taken)."""
+        if ws.trigger.finished:
+            return []
+        panes = self._fire(ws, ctx, last=False) if self.strategy.trigger.should_fire(ws.trigger, ctx) else []
+        self._refresh_timers(ws)
+        return panes
 
     def _evaluate(
         self, touched: set[Window] | dict[Window, TriggerContext], at: Instant, watermark: Instant
@@ -283,13 +307,14 @@ class KeyedWindowSet:
     @_changes_windows
     def fire_processing_timers(self, now: Instant, watermark: Instant) -> list[Pane]:
         """Deliver processing-time timers due at or before `now` and fire what is ready."""
-        trig = self.strategy.trigger
+        trig, windows = self.strategy.trigger, self.windows
         panes: list[Pane] = []
-        for w in self._ordered(self.windows.due_processing_timers(now)):  # type: ignore[attr-defined]
-            ws = self.windows[w]
-            if ws.closed or ws.processing_timer is None or ws.processing_timer > now:
+        due = windows.due_processing_timers(now)  # type: ignore[attr-defined]
+        for w in due if len(due) == 1 else self._ordered(due):
+            ws = windows[w]
+            if ws.trigger.finished or ws.processing_timer is None or ws.processing_timer > now:
                 continue
-            ctx = self._ctx(w, now, watermark)
+            ctx = TriggerContext(w, now, watermark)
             deliver_processing_timers(trig, ws.trigger, ctx)
             if trig.should_fire(ws.trigger, ctx):
                 panes += self._fire(ws, ctx, last=False)
@@ -503,22 +528,27 @@ class KeyedWindowSet:
 
     def _emit(self, ws: WindowState, ctx: TriggerContext, last: bool, fired: bool = False) -> list[Pane]:
         s = self.strategy
-        info = describe_next_pane(ws.history, ws.window.end, ctx.watermark, last)
+        history = ws.history
+        info = describe_next_pane(history, ws.window.end, ctx.watermark, last)
         if not ws.pending and info.timing is not PaneTiming.ON_TIME:
             return []  # rule 6: nothing new, nothing to say
-        out = self._publish(ws, info, s.combiner.extract_output(ws.acc), self._timestamp(ws), ctx.processing_time)
+        out = self._publish(
+            ws, info, s.combiner.extract_output(ws.acc), self._timestamp(ws), ctx.processing_time, history)
         ws.pending = 0
         if not s.accumulation.accumulates:
             ws.acc = s.combiner.create_accumulator()
             ws.ts_min = ws.ts_max = None
         return out
 
-    def _publish(self, ws: WindowState, info: PaneInfo, value: Any, timestamp: Instant, at: Instant) -> list[Pane]:
+    def _publish(
+        self, ws: WindowState, info: PaneInfo, value: Any, timestamp: Instant, at: Instant,
+        history: PaneHistory | None = None,
+    ) -> list[Pane]:
         """The pane `info` describes, preceded (retracting mode) by the retractions of what
-        it replaces; the window's history moves on."""
-        pane = Pane(
-            key=self.key, window=ws.window, value=value, timestamp=timestamp, timing=info.timing,
-            index=info.index, on_time_index=info.on_time_index, first=info.first, last=info.last, emitted_at=at,
+        it replaces; the window's history (`history`: `ws.history`, when at hand) moves on."""
+        pane = Pane.build(
+            self.key, ws.window, value, timestamp, info.timing, info.index, info.on_time_index, info.first,
+            info.last, at,
         )
         out: list[Pane] = []
         if self.strategy.accumulation is AccumulationMode.RETRACTING:
@@ -528,7 +558,7 @@ class KeyedWindowSet:
             ws.absorbed = []
             ws.standing = pane
         out.append(pane)
-        ws.history = history_after(ws.history, info)
+        ws.history = history_after(ws.history if history is None else history, info)
         return out
 
     def _timestamp(self, ws: WindowState) -> Instant:

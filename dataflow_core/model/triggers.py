@@ -137,28 +137,29 @@ def _earliest(times: Any) -> Instant | None:
 
 def _nodes(trigger: Trigger, state: TriggerState) -> list[tuple[Trigger, TriggerState]]:
     """Every node of the tree with its state, parents before children (depth first); a
-    list, taken before any node is delivered to, and without recursion (walked per timer)."""
-    out: list[tuple[Trigger, TriggerState]] = []
-    stack = [(trigger, state)]
-    while stack:
-        node, s = stack.pop()
-        out.append((node, s))
-        if node.children:
-            stack.extend(reversed(list(zip(node.children, s.children))))
+    list, taken before any node is delivered to (walked per timer)."""
+    out = [(trigger, state)]
+    if trigger.children:
+        for child, cstate in zip(trigger.children, state.children):
+            out += _nodes(child, cstate)  # trees are a few levels deep
     return out
 
 
 def next_timers(state: TriggerState) -> tuple[Instant | None, Instant | None]:
-    """The earliest processing-time and event-time timers anywhere in a state tree."""
-    pt = et = None
-    stack = [state]
-    while stack:
-        s = stack.pop()
-        if s.processing_timer is not None and (pt is None or s.processing_timer < pt):
-            pt = s.processing_timer
-        if s.event_timer is not None and (et is None or s.event_timer < et):
-            et = s.event_timer
-        stack.extend(s.children)
+    """The earliest processing-time and event-time timers anywhere in a state tree (asked
+    after every evaluation of a window: one flat loop over a list that grows as it goes)."""
+    pt, et = state.processing_timer, state.event_timer
+    if state.children:
+        nodes = list(state.children)
+        for s in nodes:
+            t = s.processing_timer
+            if t is not None and (pt is None or t < pt):
+                pt = t
+            t = s.event_timer
+            if t is not None and (et is None or t < et):
+                et = t
+            if s.children:
+                nodes += s.children
     return pt, et
 
 
@@ -228,8 +229,8 @@ class _ProcessingTimeTrigger(Trigger):
             state.processing_timer = state.data["fire_at"]
 
     def on_elements(self, state, ctx, count, earliest, latest):
-        if count:
-            self.on_element(state, ctx, None, earliest)
+        if count and "fire_at" not in state.data:  # `on_element`, inlined (once per bundle and window)
+            state.data["fire_at"] = state.processing_timer = self.deadline(ctx.processing_time)
 
     def on_processing_timer(self, state, ctx):
         state.data["reached"] = True
@@ -355,6 +356,17 @@ class Repeatedly(Trigger):
         self.trigger = trigger
         self.children = (trigger,)
 
+    # on_element(s): the base class's loop over children, for the one child (a hot path)
+    def on_element(self, state, ctx, value, timestamp):
+        child = state.children[0]
+        if not child.finished:
+            self.trigger.on_element(child, ctx, value, timestamp)
+
+    def on_elements(self, state, ctx, count, earliest, latest):
+        child = state.children[0]
+        if not child.finished:
+            self.trigger.on_elements(child, ctx, count, earliest, latest)
+
     def should_fire(self, state, ctx):
         return self.trigger.should_fire(state.children[0], ctx)
 
@@ -388,15 +400,21 @@ class AfterWatermark(Trigger):
     def is_late_phase(state: TriggerState) -> bool:
         return bool(state.data.get("late"))
 
+    # on_element(s) and should_fire inline `_child` and `is_late_phase`: they run for every
+    # window a bundle touches.
     def on_element(self, state, ctx, value, timestamp):
-        trig, cstate = self._child(state, self.is_late_phase(state))
-        if trig is not None:
-            trig.on_element(cstate, ctx, value, timestamp)
+        if state.data.get("late"):
+            if self._late is not None:
+                self._late.on_element(state.children[self._late_at], ctx, value, timestamp)
+        elif self._early is not None:
+            self._early.on_element(state.children[0], ctx, value, timestamp)
 
     def on_elements(self, state, ctx, count, earliest, latest):
-        trig, cstate = self._child(state, self.is_late_phase(state))
-        if trig is not None:
-            trig.on_elements(cstate, ctx, count, earliest, latest)
+        if state.data.get("late"):
+            if self._late is not None:
+                self._late.on_elements(state.children[self._late_at], ctx, count, earliest, latest)
+        elif self._early is not None:
+            self._early.on_elements(state.children[0], ctx, count, earliest, latest)
 
     def on_merge(self, parts, ctx):
         late = any(self.is_late_phase(p) for p in parts)
@@ -412,11 +430,11 @@ class AfterWatermark(Trigger):
         return merged
 
     def should_fire(self, state, ctx):
-        late = self.is_late_phase(state)
-        if not late and ctx.watermark >= ctx.window.end:
+        if state.data.get("late"):
+            return self._late is not None and self._late.should_fire(state.children[self._late_at], ctx)
+        if ctx.watermark >= ctx.window.end:
             return True
-        trig, cstate = self._child(state, late)
-        return trig is not None and trig.should_fire(cstate, ctx)
+        return self._early is not None and self._early.should_fire(state.children[0], ctx)
 
     def on_fire(self, state, ctx):
         late = self.is_late_phase(state)

@@ -56,6 +56,7 @@ class Schedule:
         self.start = start  # the watermark before the first step
         self.start_time = start_time  # the processing time before it (a resumed run's last)
         self.seqs = [s.seq for s in self.steps]
+        self.index = {seq: i for i, seq in enumerate(self.seqs)}  # a step's place, without bisecting tuples
         self.times = [s.time for s in self.steps]
         self.watermarks = [s.watermark for s in self.steps]
         for a, b in zip(self.steps, self.steps[1:]):
@@ -147,7 +148,7 @@ def run_key(
     holds = _HoldTracker(schedule, out.holds)
     if tracking and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
-    seqs, times, watermarks, n = schedule.seqs, schedule.times, schedule.watermarks, len(schedule)
+    seqs, times, watermarks, index, n = schedule.seqs, schedule.times, schedule.watermarks, schedule.index, len(schedule)
     dropped, dropped_windows = ks.dropped_elements, ks.dropped
     next_timer, next_deadline = ks.next_processing_timer, ks.next_watermark_deadline
     # The schedule index where a timer / deadline comes due, kept while it stays the same
@@ -174,7 +175,8 @@ def run_key(
         if seq is None:
             break
         if k < 0:  # an arrival's step, which may lie between schedule steps (downstream)
-            k = schedule.index_after(seq, j) - 1
+            k = index.get(seq, -1)  # on the schedule: `index_after(seq, j) - 1`, at least j - 1
+            k = schedule.index_after(seq, j) - 1 if k < 0 else k if k >= j else j - 1
         on_schedule = k >= 0 and seqs[k] == seq
         arrival = arrivals[i] if i < len(arrivals) and arrivals[i].seq == seq else None
         time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
