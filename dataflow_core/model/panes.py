@@ -18,6 +18,15 @@ from dataflow_core.model.windows import Window
 _new = object.__new__
 
 
+def _frozen(cls: type, **fields: Any) -> Any:
+    """An instance of frozen dataclass `cls` from all of its fields, set directly: its
+    `__init__` sets each through `object.__setattr__`, several times slower, and a replay
+    describes every pane. The same object in every respect (fields, equality, hash)."""
+    obj = _new(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
 class PaneTiming(enum.Enum):
     EARLY = "EARLY"
     ON_TIME = "ON_TIME"
@@ -54,12 +63,10 @@ class Pane:
         """`Pane(...)` with its fields filled directly: a frozen dataclass's `__init__` sets
         each field through `object.__setattr__`, five times slower, and a replay makes a
         pane per firing. The same object in every respect (fields, equality, hash, pickle)."""
-        pane = _new(cls)
-        pane.__dict__.update(
-            key=key, window=window, value=value, timestamp=timestamp, timing=timing, index=index,
+        return _frozen(
+            cls, key=key, window=window, value=value, timestamp=timestamp, timing=timing, index=index,
             on_time_index=on_time_index, first=first, last=last, emitted_at=emitted_at, retraction=False,
         )
-        return pane
 
     def retracted_at(self, emitted_at: Instant) -> "Pane":
         """The retraction of this pane: the same pane, marked, at a later moment."""
@@ -119,7 +126,8 @@ def describe_next_pane(history: PaneHistory, window_end: Instant, watermark: Ins
         timing = PaneTiming.ON_TIME
     else:
         timing = PaneTiming.LATE
-    return PaneInfo(
+    return _frozen(
+        PaneInfo,
         timing=timing,
         index=history.next_index,
         on_time_index=None if timing is PaneTiming.EARLY else history.next_on_time_index,
@@ -130,7 +138,8 @@ def describe_next_pane(history: PaneHistory, window_end: Instant, watermark: Ins
 
 def history_after(history: PaneHistory, info: PaneInfo) -> PaneHistory:
     """The window's history once the pane `info` describes is out."""
-    return PaneHistory(
+    return _frozen(
+        PaneHistory,
         next_index=info.index + 1,
         next_on_time_index=history.next_on_time_index + (info.timing is not PaneTiming.EARLY),
         on_time=OnTime.DONE if info.timing is PaneTiming.ON_TIME else history.on_time,

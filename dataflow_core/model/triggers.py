@@ -437,16 +437,16 @@ class AfterWatermark(Trigger):
         return self._early is not None and self._early.should_fire(state.children[0], ctx)
 
     def on_fire(self, state, ctx):
-        late = self.is_late_phase(state)
-        if not late and ctx.watermark >= ctx.window.end:
+        if state.data.get("late"):
+            self._late.on_fire(state.children[self._late_at], ctx)  # type: ignore[union-attr]
+        elif ctx.watermark >= ctx.window.end:
             state.data["late"] = True
             if self._early is not None:  # drop the early phase and its pending timers
                 state.children[0] = self._early.new_state()
             if self._late is None:
                 state.finished = True
-            return
-        trig, cstate = self._child(state, late)
-        trig.on_fire(cstate, ctx)
+        else:
+            self._early.on_fire(state.children[0], ctx)  # type: ignore[union-attr]
 
     def describe(self):
         args = []

@@ -157,10 +157,11 @@ def run_key(
     timer_at = deadline_at = n
     i = 0  # next arrival
     j = 0  # next schedule step not yet visited
+    n_arrivals = len(arrivals)
     while True:
-        seq: Seq | None = arrivals[i].seq if i < len(arrivals) else None
+        seq: Seq | None = arrivals[i].seq if i < n_arrivals else None
         k = -1  # the schedule index of `seq` once known
-        if (t := next_timer()) is not None:
+        if (t := next_timer()) is not None:  # (still the next timer when the timers phase starts)
             if t != timer:
                 timer, timer_at = t, schedule.first_time_after(t)
             at = timer_at if timer_at > j else j
@@ -178,7 +179,7 @@ def run_key(
             k = index.get(seq, -1)  # on the schedule: `index_after(seq, j) - 1`, at least j - 1
             k = schedule.index_after(seq, j) - 1 if k < 0 else k if k >= j else j - 1
         on_schedule = k >= 0 and seqs[k] == seq
-        arrival = arrivals[i] if i < len(arrivals) and arrivals[i].seq == seq else None
+        arrival = arrivals[i] if i < n_arrivals and arrivals[i].seq == seq else None
         time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
         new_wm = watermarks[k] if k >= 0 else schedule.start
         # Steps skipped since the key's last visit had nothing due for it (no deadline at or
@@ -188,12 +189,13 @@ def run_key(
             wm = watermarks[before]
         elif before < 0 and schedule.start > wm:
             wm = schedule.start
-        while (t := next_timer()) is not None and t < time:
+        while t is not None and t < time:
             sub = (*seq, TIMERS, t)
             if panes := ks.fire_processing_timers(t, wm):
                 out.panes += [(sub, p) for p in panes]
             if tracking:
                 holds.observe(sub, t, ks.output_hold(wm), wm)
+            t = next_timer()
         if arrival is not None:
             sub = (*seq, ELEMENTS, 0)
             if arrival.elements and (panes := ks.add_bundle(arrival.elements, time, wm)):
@@ -213,7 +215,7 @@ def run_key(
                 holds.observe(sub, time, ks.output_hold(wm), wm)
         if k + 1 > j:
             j = k + 1
-    out.elements = sum(a.count for a in arrivals)
+    out.elements = sum(len(a.elements) for a in arrivals) + sum(p.count for a in arrivals for p in a.combined)
     out.dropped = ks.dropped_elements - dropped  # only elements change these
     out.dropped_windows = ks.dropped - dropped_windows
     holds.close()
