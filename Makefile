@@ -25,6 +25,9 @@ LOCK := requirements.lock
 LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
+# Test workers side by side (pytest-xdist): most slow tests wait on processes they started.
+# worksteal: an idle worker takes queued tests from a busy one, so no worker trails alone.
+PYTEST_WORKERS ?= 4
 
 .PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
 
@@ -51,7 +54,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 
 test: setup
 	@scripts/ensure-chromium.sh
-	@$(PY) -m pytest $(PYTEST_ARGS) tests/; rc=$$?; \
+	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc
 

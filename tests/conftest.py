@@ -1,9 +1,11 @@
-"""Shared fixtures: one Spark session per pytest run, started only if a test asks for it.
+"""Shared fixtures: one Spark session per pytest process, started only if a test asks for it.
 
 Pure tests (tests/core, tests/conformance) never request `spark`, so they never start a JVM.
 
-`make test` runs everything. Tests that start processes of their own (Spark or Airflow
-commands, a standalone cluster, a browser, runs killed on purpose) are marked `slow`:
+`make test` runs everything on several workers (pytest-xdist, each worker a process with
+its own Spark session; `make test PYTEST_WORKERS=1` runs one test after another). Tests
+that start processes of their own (Spark or Airflow commands, a standalone cluster, a
+browser, runs killed on purpose) are marked `slow`:
 `.venv/bin/python -m pytest -m "not slow" tests/` is the quick loop while developing, and
 `-m "not integration"` runs only the pure model tests.
 """
@@ -46,9 +48,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark the SLOW tests. Order: slow tests, other integration tests, then the pure ones,
+    so that under `make test`'s workers (pytest-xdist) the long waits for processes start
+    first and the many short tests fill in around them instead of trailing them."""
     for item in items:
         if item.nodeid.startswith(SLOW):
             item.add_marker(pytest.mark.slow)
+
+    def part(item: pytest.Item) -> int:
+        if item.nodeid.startswith(SLOW):
+            return 0
+        return 1 if item.nodeid.startswith("tests/integration/") else 2
+
+    items.sort(key=part)  # stable: the order within each part is kept
 
 
 @pytest.fixture(scope="session")

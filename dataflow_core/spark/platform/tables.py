@@ -219,6 +219,15 @@ def snapshot_version(spark: "SparkSession", path: str) -> int:
     return int(_delta_log(spark, path).update(False, none, none).version())
 
 
+def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
+    """(table id, latest version) of the Delta table at `path`, as `snapshot_version` reads
+    it. A version names the same contents only within one life of a table: one deleted and
+    created again at the same path gets a new id."""
+    none = spark._jvm.scala.Option.empty()
+    snapshot = _delta_log(spark, path).update(False, none, none)
+    return str(snapshot.metadata().id()), int(snapshot.version())
+
+
 def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
     """The `commitInfo` action of commit `version` of the table at `path` (operation,
     operationMetrics), read from its log file through Hadoop's FileSystem: what

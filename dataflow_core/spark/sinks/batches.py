@@ -12,6 +12,7 @@ that the unfinished batch N be skipped (`dataflow microbatch --skip-batch`), wit
 
 from __future__ import annotations
 
+import copy
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -20,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.platform.delta import append_rows, table_version
-from dataflow_core.spark.platform.tables import read_table, table_exists
+from dataflow_core.spark.platform.delta import append_rows, read_as_of, table_version
+from dataflow_core.spark.platform.tables import read_table, snapshot_identity, table_exists, table_path
 from dataflow_core.spark.sinks.runs import Ledger
 
 if TYPE_CHECKING:
@@ -87,14 +88,26 @@ class BatchLog:
     committed: tuple[int | None, str | None, int | None]
 
 
+_read_logs: dict[tuple[str, str], tuple[tuple[str, int], BatchLog]] = {}
+"""The last BatchLog read per (table path, pipeline), with the table id and version it was
+read at."""
+
+
 def read_log(spark, spec: PipelineSpec) -> BatchLog:
     """The pipeline's BatchLog: the rows of its last two batches and of its last finished
-    stream batch, with the number of its last reset, in one query."""
+    stream batch, with the number of its last reset, in one query of the table's latest
+    version. A version's contents never change, so while the version stays the one last
+    read (the Delta log says so without a query), the last read answers again."""
     from pyspark.sql import functions as F
 
-    batches = batch_rows(spark, spec)
-    if batches is None:
+    if not table_exists(spark, BATCHES_TABLE):
         return BatchLog([], (None, None, None))
+    path = table_path(spark, BATCHES_TABLE)
+    identity = snapshot_identity(spark, path)
+    cached = _read_logs.get((path, spec.name))
+    if cached is not None and cached[0] == identity:
+        return copy.deepcopy(cached[1])
+    batches = read_as_of(spark, BATCHES_TABLE, identity[1]).where(F.col("pipeline") == spec.name)
     attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
     stream_id = F.col("stream_id") if "stream_id" in batches.columns else F.lit(None).cast("string")
     streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
@@ -119,7 +132,9 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     last = next((r for r in rows if r["_streamed"] is not None and r["batch"] == r["_streamed"] and r["status"] == "finished"
                  and r["stream_batch"] is not None and (r["_reset"] is None or r["batch"] > r["_reset"])), None)
     committed = (None, None, None) if last is None else (last["stream_batch"], last["_stream_id"], last["batch"])
-    return BatchLog(out, committed)
+    log = BatchLog(out, committed)
+    _read_logs[(path, spec.name)] = (identity, copy.deepcopy(log))
+    return log
 
 
 def records(spark, spec: PipelineSpec) -> list[dict]:

@@ -1,6 +1,8 @@
 """The model alone on billing's arrival-order replay: CPU seconds of `run_key` per event,
 in pure Python (no Spark), with a fingerprint of every pane so that two checkouts can be
-held to the same output.
+held to the same output. A developer's tool for work on the model's hot path, not one of
+`make bench`'s figures (those are `bench_*.py`: `bench_replay.py` times the same replay
+on Spark against Spark SQL).
 
 The events follow `bench_replay.generate` (per ad, decimal watch seconds over 48 hours;
 most arrive within a minute, 5% up to 30 minutes late, 1% up to 6 hours late), cut into
@@ -8,7 +10,7 @@ one-minute micro-batches with billing's heuristic watermark updated per batch. B
 are pre-combined per window outside the timed part (Spark SQL does that in a replay), so
 the figure is what executors' Python spends in the model on the lifted path.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_model_replay.py --events 200000
+    PYTHONPATH=. .venv/bin/python benchmarks/model_replay_cpu.py --events 200000
     ... --profile           # cProfile of the timed part (sorted by own time)
     ... --elements          # feed elements instead (and check they give the same panes)
     ... --holds             # track hold spans too (a stage with one downstream)
