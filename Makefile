@@ -25,9 +25,11 @@ LOCK := requirements.lock
 LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
-# Test workers side by side (pytest-xdist): most slow tests wait on processes they started.
-# worksteal: an idle worker takes queued tests from a busy one, so no worker trails alone.
-PYTEST_WORKERS ?= 4
+# Test workers side by side (pytest-xdist; worksteal: an idle worker takes queued tests from
+# a busy one). 0 runs the tests in this process, one after another: on 2 cores the suite is
+# CPU-bound (4 workers took 52 min where one took 56), so more workers pay only with more
+# cores, e.g. `make test PYTEST_WORKERS=8` on 8.
+PYTEST_WORKERS ?= 0
 
 .PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
 

@@ -2,8 +2,8 @@
 
 Pure tests (tests/core, tests/conformance) never request `spark`, so they never start a JVM.
 
-`make test` runs everything on several workers (pytest-xdist, each worker a process with
-its own Spark session; `make test PYTEST_WORKERS=1` runs one test after another). Tests
+`make test` runs everything (`make test PYTEST_WORKERS=N`: on N pytest-xdist workers, each
+a process with its own Spark session; no test may rely on another having run). Tests
 that start processes of their own (Spark or Airflow commands, a standalone cluster, a
 browser, runs killed on purpose) are marked `slow`:
 `.venv/bin/python -m pytest -m "not slow" tests/` is the quick loop while developing, and
@@ -12,6 +12,7 @@ browser, runs killed on purpose) are marked `slow`:
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
@@ -60,7 +61,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             return 0
         return 1 if item.nodeid.startswith("tests/integration/") else 2
 
-    items.sort(key=part)  # stable: the order within each part is kept
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # one process runs them in the order written
+        items.sort(key=part)  # stable: the order within each part is kept
 
 
 @pytest.fixture(scope="session")

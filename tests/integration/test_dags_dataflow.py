@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import shutil
 import sys
 from pathlib import Path
 
@@ -166,18 +167,27 @@ def test_daily_dag_backfills_its_data_interval(airflow_home, sample_wh, tmp_path
     assert "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s)" in out
 
 
-def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path):
+def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path, spark):
+    """On a warehouse of its own, with billing's output from a backfill here (no other test
+    need run first: `make test` spreads tests over workers)."""
     from deltalake import DeltaTable
 
-    before = DeltaTable(str(sample_wh / "billing")).to_pyarrow_table().num_rows
-    result = dags_test(airflow_home, tmp_path, "dataflow_maintenance", DATAFLOW_WAREHOUSE=str(sample_wh))
+    from dataflow_core.spark.jobs.backfill import run_backfill
+    from tests.integration.test_microbatch import in_warehouse
+
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(sample_wh / "video_events", warehouse / "video_events")
+    with in_warehouse(spark, warehouse):
+        assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
+    before = DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows
+    result = dags_test(airflow_home, tmp_path, "dataflow_maintenance", DATAFLOW_WAREHOUSE=str(warehouse))
     out = result.stdout
     assert _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out
-    history = DeltaTable(str(sample_wh / "billing_panes")).history()
+    history = DeltaTable(str(warehouse / "billing_panes")).history()
     assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} & {h["operation"] for h in history}
-    assert DeltaTable(str(sample_wh / "billing")).to_pyarrow_table().num_rows == before
+    assert DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows == before
 
 
 DAG_PROBE = """
@@ -283,14 +293,19 @@ def test_a_micro_batch_that_writes_a_broken_pane_fails_its_gate(airflow_home, li
     assert panes > 0 and quarantined["n"] == panes and "value_possible" in quarantined["r"]
 
 
-def test_a_gate_over_a_run_that_wrote_panes_but_checked_none_fails(spark, live_wh):
-    """The old micro-batch bug: the gate filtered on a run id the pane log does not use."""
+def test_a_gate_over_a_run_that_wrote_panes_but_checked_none_fails(spark, live_wh, tmp_path):
+    """The old micro-batch bug: the gate filtered on a run id the pane log does not use. The
+    pane log is a micro-batch's, run here on a warehouse of its own."""
     from dataflow_core.quality.gates import gate_outputs
-    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
+    from tests.integration.test_microbatch import in_warehouse
 
-    spark.conf.set(WAREHOUSE_CONF, str(live_wh))
-    outcomes = gate_outputs(spark, "ad_sessions", ["ad_sessions-batch-0"], "test", docs_dir=live_wh.parent / "docs",
-                            written={"ad_sessions": 59})
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(live_wh / "video_events", warehouse / "video_events")
+    with in_warehouse(spark, warehouse):
+        assert run_microbatch(spark, "ad_sessions").ledger_ok
+        outcomes = gate_outputs(spark, "ad_sessions", ["ad_sessions-batch-0"], "test", docs_dir=tmp_path / "docs",
+                                written={"ad_sessions": 59})
     panes = outcomes[0]
     assert panes.table == "ad_sessions_panes" and not panes.success and panes.rows == 0
     assert ("0 panes checked although run(s) ad_sessions-batch-0 wrote 59 panes and retractions to "
