@@ -176,8 +176,8 @@ def run_key(
         if seq is None:
             break
         if k < 0:  # an arrival's step, which may lie between schedule steps (downstream)
-            k = index.get(seq, -1)  # on the schedule: `index_after(seq, j) - 1`, at least j - 1
-            k = schedule.index_after(seq, j) - 1 if k < 0 else k if k >= j else j - 1
+            # on the schedule, `index_after(seq, j) - 1` is its place, or j - 1 if that is behind
+            k = max(index[seq], j - 1) if seq in index else schedule.index_after(seq, j) - 1
         on_schedule = k >= 0 and seqs[k] == seq
         arrival = arrivals[i] if i < n_arrivals and arrivals[i].seq == seq else None
         time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
@@ -215,7 +215,7 @@ def run_key(
                 holds.observe(sub, time, ks.output_hold(wm), wm)
         if k + 1 > j:
             j = k + 1
-    out.elements = sum(len(a.elements) for a in arrivals) + sum(p.count for a in arrivals for p in a.combined)
+    out.elements = sum(a.count for a in arrivals)
     out.dropped = ks.dropped_elements - dropped  # only elements change these
     out.dropped_windows = ks.dropped - dropped_windows
     holds.close()

@@ -8,7 +8,6 @@ in one process, so Spark starts once per command.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -34,6 +33,13 @@ def _sample(spark, warehouse: Path, **overrides) -> None:
     spark.conf.set(WAREHOUSE_CONF, str(warehouse))
     config = SampleConfig(**{"rows": SAMPLE_ROWS, "seed": 11, "span_hours": 48, **overrides})
     write_sample(spark, config, table="video_events", progress=lambda _m: None)
+
+
+def _with_input_of(source: Path, tmp_path: Path) -> Path:
+    """A warehouse of a test's own holding a copy of `source`'s input table (video_events)."""
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(source / "video_events", warehouse / "video_events")
+    return warehouse
 
 
 @pytest.fixture(scope="module")
@@ -175,8 +181,7 @@ def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path
     from dataflow_core.spark.jobs.backfill import run_backfill
     from tests.integration.test_microbatch import in_warehouse
 
-    warehouse = tmp_path / "warehouse"
-    shutil.copytree(sample_wh / "video_events", warehouse / "video_events")
+    warehouse = _with_input_of(sample_wh, tmp_path)
     with in_warehouse(spark, warehouse):
         assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
     before = DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows
@@ -300,8 +305,7 @@ def test_a_gate_over_a_run_that_wrote_panes_but_checked_none_fails(spark, live_w
     from dataflow_core.spark.jobs.microbatch import run_microbatch
     from tests.integration.test_microbatch import in_warehouse
 
-    warehouse = tmp_path / "warehouse"
-    shutil.copytree(live_wh / "video_events", warehouse / "video_events")
+    warehouse = _with_input_of(live_wh, tmp_path)
     with in_warehouse(spark, warehouse):
         assert run_microbatch(spark, "ad_sessions").ledger_ok
         outcomes = gate_outputs(spark, "ad_sessions", ["ad_sessions-batch-0"], "test", docs_dir=tmp_path / "docs",
