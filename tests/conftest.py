@@ -23,6 +23,12 @@ if TYPE_CHECKING:
 
 _shared: dict[str, object] = {}  # the running test session and its warehouse, once started
 
+# Spark tuned for tiny data (tests/spark-conf/spark-defaults.conf) and the driver's JVM on the
+# quick JIT only: in this process and in every process a test starts, which inherit the
+# environment. A developer's own settings win.
+os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark-conf")))
+os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
 
 # Test files, or single tests, that start processes of their own (see the module docstring).
 SLOW = (

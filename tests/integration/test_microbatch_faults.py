@@ -23,7 +23,7 @@ from tests.integration.test_microbatch import VIEWS, batches_of, in_warehouse
 REPO = Path(__file__).resolve().parents[2]
 PIPELINE, INPUT = "t_fault", "t_fault_in"
 TABLES = ("t_fault_s_panes", "t_fault_s", "t_fault_short_panes", "t_fault_short", "t_fault_s__state")
-BATCHES = batches_of(to_rows(VIEWS))[:3]
+BATCHES = [b for b in batches_of(to_rows(VIEWS)) if b[1]][:2]  # two batches with rows (each kill costs a JVM)
 
 
 def _modules(tmp_path: Path) -> Path:
