@@ -126,16 +126,22 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
         _stop(master)
 
 
-def _conf_dir(tmp_path: Path) -> Path:
-    """Extra Spark settings go through spark-defaults.conf, as docs/deployment.md describes:
-    a tiny sample needs a few shuffle partitions, not a cluster's default 200; the rest is
-    the suite's settings for tiny data (tests/spark-conf)."""
+def _job_env(tmp_path: Path) -> dict[str, str]:
+    """The environment of a job submitted to the cluster: none of the suite's DATAFLOW_
+    settings (the job's arguments say it all), and extra Spark settings through
+    spark-defaults.conf, as docs/deployment.md describes: a tiny sample needs a few shuffle
+    partitions, not a cluster's default 200; the rest is the suite's settings for tiny data
+    (tests/spark-conf)."""
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
     suite = Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
     (conf_dir / "spark-defaults.conf").write_text(
         (suite.read_text() if suite.exists() else "") + "spark.sql.shuffle.partitions  4\n")
-    return conf_dir
+    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
+           "SPARK_CONF_DIR": str(conf_dir)}
+    for name in ("DATAFLOW_WAREHOUSE", "DATAFLOW_SPARK_MASTER", "DATAFLOW_PIPELINES"):
+        env.pop(name, None)
+    return env
 
 
 def test_demo_job_runs_on_a_standalone_master(cluster, tmp_path):
@@ -145,9 +151,7 @@ def test_demo_job_runs_on_a_standalone_master(cluster, tmp_path):
 
     warehouse = tmp_path / "warehouse"
     log = tmp_path / "demo-job.log"
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_CONF_DIR": str(_conf_dir(tmp_path))}
-    env.pop("DATAFLOW_WAREHOUSE", None)
+    env = _job_env(tmp_path)
     command = [
         sys.executable, "-m", "jobs.demo_job", "--rows", "2000", "--seed", "11",
         "--master", cluster.master_url, "--warehouse", str(warehouse),
@@ -272,10 +276,7 @@ def test_backfills_leave_the_same_tables_on_a_standalone_cluster_as_in_local_mod
     for warehouse in (local, remote):
         shutil.copytree(tmp_path / "sample" / "video_events", warehouse / "video_events")
 
-    env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
-           "SPARK_CONF_DIR": str(_conf_dir(tmp_path))}
-    for name in ("DATAFLOW_WAREHOUSE", "DATAFLOW_SPARK_MASTER", "DATAFLOW_PIPELINES"):
-        env.pop(name, None)
+    env = _job_env(tmp_path)
     on_cluster = _backfills(cluster.master_url, remote, env, tmp_path, tmp_path / "cluster.log")
     in_local_mode = _backfills_here(local)
 
