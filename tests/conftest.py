@@ -39,7 +39,6 @@ SLOW = (
     "tests/integration/test_microbatch_faults.py::",
     "tests/integration/test_backfill_live_processes.py::",
     "tests/integration/test_microbatch_skip.py::test_a_poison_batch",
-    "tests/integration/test_microbatch.py::test_a_crash_at_a_commit_point",
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )

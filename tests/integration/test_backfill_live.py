@@ -4,9 +4,8 @@ interrupted between any two of its commits and run again leaves the tables an un
 one leaves; micro-batches then carry on, with deleted input not counted and late input
 counted once.
 
-Interruptions are the crash switch in raise mode (`DATAFLOW_CRASH_RAISE`): the run stops
-dead between two commits inside this process, so no extra JVM is started; the SIGKILL tests
-of micro-batches (test_microbatch*.py) cover real process deaths."""
+Interruptions are the `crash` fixture (conftest.py): the run stops dead between two commits
+inside this process."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import history_breaks
 from dataflow_core.model.time import format_instant
 from dataflow_core.spark.jobs.backfill import run_backfill
-from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
+from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table, table_path
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
@@ -28,21 +27,6 @@ from tests.integration.test_one_history import VIEWS, _billing, _histories, _res
 
 _names = itertools.count()
 S = 1000
-
-
-@pytest.fixture
-def crash(monkeypatch):
-    """crash(point): the next run stops dead right after that commit point."""
-    monkeypatch.setenv(RAISE_ENV, "1")
-
-    def at(point: str | None) -> None:
-        if point is None:
-            monkeypatch.delenv(CRASH_ENV, raising=False)
-        else:
-            monkeypatch.setenv(CRASH_ENV, point)
-
-    yield at
-    monkeypatch.delenv(CRASH_ENV, raising=False)
 
 
 def _delete(spark, table: str, event_id: str) -> None:

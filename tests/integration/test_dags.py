@@ -100,8 +100,22 @@ def airflow_home(tmp_path_factory) -> Path:
 DAGBAG_PROBE = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
+from airflow.serialization.serialized_objects import DagSerialization
 
 bag = DagBag()
+
+
+def refusal(dag, conf):
+    # What creating a run with this conf says (the check Airflow makes for `airflow dags
+    # test --conf`, the trigger form and the REST API alike): None when accepted.
+    try:
+        DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag)).params.deep_merge(conf).validate()
+    except Exception as exc:
+        return str(exc)
+    return None
+
+
+confs = json.loads(sys.argv[1])
 print("DAGBAG-JSON " + json.dumps({
     "dag_ids": sorted(bag.dag_ids),
     "import_errors": {str(path): str(error) for path, error in bag.import_errors.items()},
@@ -110,40 +124,63 @@ print("DAGBAG-JSON " + json.dumps({
         for dag_id, dag in bag.dags.items()
     },
     "schedules": {dag_id: repr(dag.schedule) for dag_id, dag in bag.dags.items()},
+    "shapes": {
+        dag_id: {"schedule": str(getattr(dag.timetable, "summary", dag.schedule)),
+                 "paused": dag.is_paused_upon_creation, "max_active_runs": dag.max_active_runs,
+                 "catchup": dag.catchup, "tasks": sorted(dag.task_ids)}
+        for dag_id, dag in bag.dags.items()
+    },
     "optional": {
         dag_id: sorted(name for name in dag.params
                        if "null" in (dag.params.get_param(name).schema.get("type") or []))
         for dag_id, dag in bag.dags.items()
     },
+    "refusals": {dag_id: [refusal(bag.dags[dag_id], conf) for conf in tried] for dag_id, tried in confs.items()},
     "spark_imported": "pyspark" in sys.modules,
 }))
 """
 
 
-def test_dagbag_loads_every_dag_without_errors(tmp_path):
-    master = "spark://from-env.example:7077"
-    env = _airflow_env(
-        tmp_path, DATAFLOW_SPARK_MASTER=master, DATAFLOW_WAREHOUSE=str(tmp_path / "env-warehouse")
-    )
-    result = _run(
-        "DagBag probe", [sys.executable, "-c", DAGBAG_PROBE], env, MIGRATE_TIMEOUT_S,
-        tmp_path / "dagbag.log",
-    )
+def dagbag_probe(log_dir: Path, env: dict[str, str], confs: dict[str, list[dict]] | None = None) -> dict:
+    """What Airflow's DagBag makes of dags/ in a fresh process with `env`: DAG ids, import
+    errors, params, schedules and shapes, and what creating a run of DAG d with each conf
+    of `confs[d]` would say (the refusal's message, None when accepted)."""
+    result = _run("DagBag probe", [sys.executable, "-c", DAGBAG_PROBE, json.dumps(confs or {})], env,
+                  MIGRATE_TIMEOUT_S, log_dir / "dagbag.log")
     line = next(line for line in result.stdout.splitlines() if line.startswith("DAGBAG-JSON "))
-    bag = json.loads(line.removeprefix("DAGBAG-JSON "))
+    return json.loads(line.removeprefix("DAGBAG-JSON "))
 
-    assert bag["import_errors"] == {}
-    assert set(bag["dag_ids"]) == EXPECTED_DAG_IDS
-    params = bag["params"]["dataflow_demo"]
+
+BAD_DEMO_PARAMS = [
+    ({"window": "abc"}, "window", "'abc' does not match"),
+    ({"window": "0m"}, "window", "'0m' does not match"),
+    ({"rows": -5}, "rows", "-5 is less than or equal to the minimum of 0"),
+]
+ENV_MASTER = "spark://from-env.example:7077"
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory) -> dict:
+    """One DagBag probe for this module's tests, with a master and warehouse in the environment."""
+    home = tmp_path_factory.mktemp("dagbag")
+    env = _airflow_env(home, DATAFLOW_SPARK_MASTER=ENV_MASTER, DATAFLOW_WAREHOUSE=str(home / "env-warehouse"))
+    bag = dagbag_probe(home, env, {"dataflow_demo": [conf for conf, _, _ in BAD_DEMO_PARAMS] + [{"rows": 5}]})
+    return {**bag, "home": home}
+
+
+def test_dagbag_loads_every_dag_without_errors(dagbag):
+    assert dagbag["import_errors"] == {}
+    assert set(dagbag["dag_ids"]) == EXPECTED_DAG_IDS
+    params = dagbag["params"]["dataflow_demo"]
     assert set(params) == DEMO_PARAMS
     # Master and warehouse default to the Airflow worker's environment.
-    assert params["master"] == master
-    assert params["warehouse"] == str(tmp_path / "env-warehouse")
-    assert bag["optional"]["dataflow_demo"] == ["warehouse"]  # the form accepts it empty
+    assert params["master"] == ENV_MASTER
+    assert params["warehouse"] == str(dagbag["home"] / "env-warehouse")
+    assert dagbag["optional"]["dataflow_demo"] == ["warehouse"]  # the form accepts it empty
     assert isinstance(params["rows"], int) and params["rows"] > 0
     # Triggered by hand only, and cheap to parse: Spark is imported when the task runs.
-    assert bag["schedules"]["dataflow_demo"] == "None"
-    assert bag["spark_imported"] is False
+    assert dagbag["schedules"]["dataflow_demo"] == "None"
+    assert dagbag["spark_imported"] is False
 
 
 def test_dags_test_runs_the_demo_job_into_delta(airflow_home, tmp_path):
@@ -195,15 +232,13 @@ def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
     assert not (tmp_path / "wh").exists()
 
 
-@pytest.mark.parametrize(
-    ("conf", "param", "reason"),
-    [
-        ({"window": "abc"}, "window", "'abc' does not match"),
-        ({"window": "0m"}, "window", "'0m' does not match"),
-        ({"rows": -5}, "rows", "-5 is less than or equal to the minimum of 0"),
-    ],
-)
-def test_the_form_refuses_bad_demo_params_before_a_run_exists(airflow_home, tmp_path, conf, param, reason):
+def test_the_form_refuses_bad_demo_params_before_a_run_exists(dagbag, airflow_home, tmp_path):
+    refusals = dagbag["refusals"]["dataflow_demo"]
+    for (_, param, reason), refused in zip(BAD_DEMO_PARAMS, refusals):
+        assert refused and f"Invalid input for param {param}: {reason}" in refused, refused
+    assert refusals[-1] is None, "a good value passes"
+    # The command line refuses the same way, before a run exists.
+    conf, param, reason = BAD_DEMO_PARAMS[-1]
     result = _run(
         "airflow dags test",
         [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from test_dags import (  # same folder: pytest puts it on sys.path
-    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run,
+    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run, dagbag_probe,
 )
 
 pytestmark = pytest.mark.integration
@@ -105,6 +104,18 @@ def test_backfill_dag_runs_every_day_and_gates_the_output(airflow_home, sample_w
     assert f"Data Docs: {docs}" in out and docs.is_file()
 
 
+def test_a_request_a_schema_cannot_refuse_fails_the_first_task(airflow_home, tmp_path):
+    """A request whose input table is missing: check_request fails the run before Spark starts
+    (the checks themselves: test_backfill_requests_a_schema_cannot_refuse_are_refused)."""
+    empty = tmp_path / "empty"
+    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", conf={}, expect_success=False,
+                       DATAFLOW_WAREHOUSE=str(empty))
+    assert _dag_run_state(result.stdout) == "failed"
+    assert "FAILED: input table 'video_events' not found in warehouse" in result.stdout
+    assert "JVM" not in result.stdout and "SparkSession" not in result.stdout  # no Spark started
+    assert "Starting Spark" not in result.stdout
+
+
 @pytest.mark.parametrize(
     ("conf", "env", "reason"),
     [
@@ -112,35 +123,47 @@ def test_backfill_dag_runs_every_day_and_gates_the_output(airflow_home, sample_w
          "end 2024-05-01 is not after start 2024-05-03: the range [start, end) is empty"),
         ({"start": "2024-05-01", "end": "2024-05-09"}, {"DATAFLOW_BACKFILL_MAX_DAYS": "3"},
          "range [2024-05-01, 2024-05-09) is 8 days, more than the maximum of 3"),
-        ({}, {"DATAFLOW_WAREHOUSE": "EMPTY"}, "input table 'video_events' not found in warehouse"),
+        ({}, {}, "input table 'video_events' not found in warehouse"),
     ],
 )
-def test_backfill_requests_a_schema_cannot_refuse_fail_the_first_task(airflow_home, tmp_path, conf, env, reason):
-    if env.get("DATAFLOW_WAREHOUSE") == "EMPTY":
-        env = {**env, "DATAFLOW_WAREHOUSE": str(tmp_path / "empty")}
-    env.setdefault("DATAFLOW_WAREHOUSE", str(tmp_path / "unused"))
-    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", conf=conf, expect_success=False, **env)
-    assert _dag_run_state(result.stdout) == "failed"
-    assert f"FAILED: {reason}" in result.stdout
-    assert "JVM" not in result.stdout and "SparkSession" not in result.stdout  # no Spark started
-    assert "Starting Spark" not in result.stdout
+def test_backfill_requests_a_schema_cannot_refuse_are_refused(monkeypatch, tmp_path, conf, env, reason):
+    from dataflow_core.airflow.requests import check_request
+    from dataflow_core.errors import DataflowError
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    params = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02", **conf}
+    with pytest.raises(DataflowError) as refused:
+        check_request(params, str(tmp_path / "empty"))
+    assert reason in str(refused.value) and "\n" not in str(refused.value)
 
 
-@pytest.mark.parametrize(
-    ("conf", "param", "reason"),
-    [
-        ({"pipeline": "no_such_pipeline"}, "pipeline", "'no_such_pipeline' is not one of"),
-        ({"start": "May 1st"}, "start", "'May 1st' is not a 'date'"),
-        ({"mode": "fast"}, "mode", "'fast' is not one of ['batch', 'replay']"),
-        ({"days_at_once": 0}, "days_at_once", "0 is less than or equal to the minimum of 0"),
-        ({"batch_interval": "0m"}, "batch_interval", "'0m' does not match"),
-    ],
-)
-def test_backfill_form_refuses_values_of_the_wrong_shape(airflow_home, tmp_path, conf, param, reason):
-    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", conf=conf, expect_success=False,
-                       timeout=MIGRATE_TIMEOUT_S)
-    assert f"Invalid input for param {param}: {reason}" in result.stdout
-    assert "DagRun Finished" not in result.stdout  # refused before a run existed
+BAD_FORMS = [
+    ({"pipeline": "no_such_pipeline"}, "pipeline", "'no_such_pipeline' is not one of"),
+    ({"start": "May 1st"}, "start", "'May 1st' is not a 'date'"),
+    ({"mode": "fast"}, "mode", "'fast' is not one of ['batch', 'replay']"),
+    ({"days_at_once": 0}, "days_at_once", "0 is less than or equal to the minimum of 0"),
+    ({"batch_interval": "0m"}, "batch_interval", "'0m' does not match"),
+]
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory) -> dict:
+    """One DagBag probe (test_dags.dagbag_probe) for this module: the DAGs' shapes, and what
+    creating a backfill run with each of BAD_FORMS (and one good conf) says."""
+    home = tmp_path_factory.mktemp("dagbag")
+    env = _airflow_env(home, DATAFLOW_MICROBATCH_SCHEDULE__AD_SESSIONS="*/15 * * * *")
+    good = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02", "days_at_once": 1}
+    return dagbag_probe(home, env, {"dataflow_backfill": [conf for conf, _, _ in BAD_FORMS] + [good]})
+
+
+def test_backfill_form_refuses_values_of_the_wrong_shape(dagbag):
+    """What the form, the REST API and `airflow dags test --conf` all check before a run
+    exists (test_dags.py sees the command line refuse, test_browser.py the form)."""
+    refusals = dagbag["refusals"]["dataflow_backfill"]
+    for (_, param, reason), refused in zip(BAD_FORMS, refusals):
+        assert refused and f"Invalid input for param {param}: {reason}" in refused, refused
+    assert refusals[-1] is None, "a good request passes"
 
 
 def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(airflow_home, spark, tmp_path):
@@ -195,24 +218,8 @@ def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path
     assert DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows == before
 
 
-DAG_PROBE = """
-import json
-from airflow.dag_processing.dagbag import DagBag
-bag = DagBag()
-out = {}
-for dag_id, dag in bag.dags.items():
-    out[dag_id] = {"schedule": str(getattr(dag.timetable, "summary", dag.schedule)),
-                   "paused": dag.is_paused_upon_creation, "max_active_runs": dag.max_active_runs,
-                   "catchup": dag.catchup,
-                   "tasks": sorted(dag.task_ids)}
-print("DAGS " + json.dumps(out))
-"""
-
-
-def test_schedules_and_shapes(tmp_path):
-    env = _airflow_env(tmp_path, DATAFLOW_MICROBATCH_SCHEDULE__AD_SESSIONS="*/15 * * * *")
-    result = _run("DAG probe", [sys.executable, "-c", DAG_PROBE], env, MIGRATE_TIMEOUT_S, tmp_path / "probe.log")
-    dags = json.loads(next(l for l in result.stdout.splitlines() if l.startswith("DAGS "))[5:])
+def test_schedules_and_shapes(dagbag):
+    dags = dagbag["shapes"]
     assert dags["dataflow_backfill"]["tasks"] == [
         "backfill_day", "check_request", "days_of", "gate_input", "gate_output", "summary"]
     for name in ("billing", "ad_sessions"):

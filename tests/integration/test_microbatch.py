@@ -1,16 +1,12 @@
 """Micro-batches on Spark and Delta: the same arrivals split into micro-batches give the
-arrival-order replay's pane history; a crash at a commit point followed by the same
-command leaves the tables of an uninterrupted run; duplicates count once across batches."""
+arrival-order replay's pane history; a run stopped dead at a commit point followed by the
+same run leaves the tables of an uninterrupted run; duplicates count once across batches."""
 
 from __future__ import annotations
 
 import itertools
-import os
 import shutil
-import subprocess
-import sys
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,7 +15,8 @@ import pytest
 
 from dataflow_core.model.time import format_instant
 from dataflow_core.spark.jobs.backfill import run_backfill
-from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.jobs.crash import SimulatedCrash
+from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table
 from tests.integration.test_backfill import DAY0, M, sessions_pipeline, to_rows, write_input
 
@@ -70,18 +67,8 @@ def test_micro_batches_equal_the_replay_with_the_same_batch_boundaries(spark):
     assert state.count() > 0, "open windows are queryable in the state table"
 
 
-REPO = Path(__file__).resolve().parents[2]
-CRASH_TABLES = ("t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short", "t_crash_s__state")
-
-
-def _cli(warehouse: Path, modules: Path, *args: str, crash: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
-           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "crash_pipelines"}
-    env.pop(CRASH_ENV, None)
-    if crash:
-        env[CRASH_ENV] = crash
-    return subprocess.run([sys.executable, "-m", "dataflow_core", *args], env=env, capture_output=True,
-                          text=True, timeout=600)
+CRASH_TABLES = ("t_crash__quarantine", "t_crash_s_panes", "t_crash_s", "t_crash_short_panes", "t_crash_short",
+                "t_crash_s__state")
 
 
 @contextmanager
@@ -102,58 +89,50 @@ def crash_tables(spark, warehouse: Path) -> dict[str, Counter]:
     out = {}
     for table in CRASH_TABLES:
         df = spark.read.format("delta").load(str(warehouse / table))
-        cols = [c for c in df.columns if c not in ("run_id", "pane_id", "state", "batch")]
+        cols = [c for c in df.columns if c not in ("run_id", "pane_id", "state", "batch", "quarantined_at")]
         out[table] = Counter(repr(tuple(r)) for r in df.select(*cols).collect())
     return out
 
 
+# Every commit of a micro-batch is followed by one of these (the last stage's state by
+# before-finish: no commit comes between them).
 POINTS = ["started", "quarantined", "deduplicated", "t_crash_s-panes", "t_crash_s-results", "t_crash_s-state",
-          "t_crash_short-panes", "t_crash_short-state", "before-finish"]
+          "t_crash_short-panes", "before-finish"]
 
 
 @pytest.fixture(scope="module")
 def crashes(spark, tmp_path_factory):
-    """Every crash point's first run, each a fresh `dataflow microbatch` process (the crash
-    switch exits like kill -9 right after the commit; the pipeline module is found through
-    $DATAFLOW_PIPELINES), two at a time in the background while the tests finish them.
-    Also the tables of an uninterrupted run, computed in this process."""
+    """The input of three batches' arrivals (and a row to quarantine) as one micro-batch, and
+    the tables an uninterrupted run leaves."""
     base = tmp_path_factory.mktemp("crashes")
-    modules = base / "modules"
-    modules.mkdir()
-    (modules / "crash_pipelines.py").write_text(
-        "from tests.integration.test_backfill import sessions_pipeline\n"
-        "sessions_pipeline('t_crash', 't_crash_in')\n"
-    )
-    sessions_pipeline("t_crash", "t_crash_in")  # the same pipeline in this process
+    sessions_pipeline("t_crash", "t_crash_in")
     batches = batches_of(to_rows(VIEWS))[:3]
     now = format_instant(batches[-1][0])
     template = base / "input"
     with in_warehouse(spark, template):
-        write_input(spark, "t_crash_in", [r for _, b in batches for r in b])
-    warehouses = {}
-    for point in POINTS:
-        warehouses[point] = base / point
-        shutil.copytree(template, warehouses[point])
-    pool = ThreadPoolExecutor(max_workers=2)
-    first = {point: pool.submit(_cli, warehouses[point], modules, "microbatch", "--pipeline", "t_crash",
-                                "--now", now, crash=point) for point in POINTS}
+        bad = ("e_bad", "u1", "ad1", "not a number", DAY0 + 100_000, DAY0 + 105_000)
+        write_input(spark, "t_crash_in", [r for _, b in batches for r in b] + [bad])
     clean = base / "clean"
     shutil.copytree(template, clean)
     with in_warehouse(spark, clean):
         assert run_microbatch(spark, "t_crash", now=now).ledger_ok
-    yield SimpleNamespace(now=now, warehouses=warehouses, first=first, clean=crash_tables(spark, clean))
-    pool.shutdown(wait=True, cancel_futures=True)
+    return SimpleNamespace(now=now, template=template, clean=crash_tables(spark, clean))
 
 
 @pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(spark, crashes, point):
-    """The crashed run is a process of its own; the same micro-batch then runs again (here,
-    on the shared session) over what it left, and must leave the uninterrupted run's tables."""
-    first = crashes.first[point].result()
-    assert first.returncode == 137, first.stdout + first.stderr
-    assert f"exiting at {point}" in first.stdout
-    warehouse = crashes.warehouses[point]
+def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(
+    spark, crashes, crash, tmp_path, point,
+):
+    """The run stops dead right after the commit point (`crash`, conftest.py); the same
+    micro-batch then runs again over what it left, and must leave the uninterrupted run's
+    tables. Real process deaths: test_microbatch_faults.py."""
+    warehouse = tmp_path / "warehouse"
+    shutil.copytree(crashes.template, warehouse)
     with in_warehouse(spark, warehouse):
+        crash(point)
+        with pytest.raises(SimulatedCrash, match=point):
+            run_microbatch(spark, "t_crash", now=crashes.now)
+        crash(None)
         again = run_microbatch(spark, "t_crash", now=crashes.now)
     assert again.ledger_ok, again.ledger
     got = crash_tables(spark, warehouse)
