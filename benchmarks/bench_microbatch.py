@@ -489,7 +489,6 @@ def batch_case(opts, scratch: Path, histories: dict) -> dict:
                 out[side] = r
             out["runs"][side].append({k: r[k] for k in ("seconds", "batch_cpu_s", "batch_peak_bytes", "wall_s",
                                                          "cpu_s", "parts", "library")})
-    s, l = out["small"], out["large"]
     runs = out["runs"]
     per_side = {side: {
         "best_s": min(r["seconds"] for r in runs[side]), "median_s": median(r["seconds"] for r in runs[side]),
@@ -564,7 +563,7 @@ def report(figures: dict) -> list[str]:
                 f"{r['seconds']:.1f} s, {r['batch_cpu_s']:.0f} CPU s, {mib(r['batch_peak_bytes'])}" for r in f["runs"][side]))
         lines.append(f"{'   fastest run, whole child (Spark start, append)':<48} {s['wall_s']:>12.1f} s {l['wall_s']:>12.1f} s")
         lines.append(f"{'   fastest run, whole child: CPU seconds':<48} {s['cpu_s']:>12.1f} s {l['cpu_s']:>12.1f} s")
-        lines.append(f"   where the batch's time goes (median seconds over the runs: small history, large history, growth):")
+        lines.append("   where the batch's time goes (median seconds over the runs: small history, large history, growth):")
         for name, p in sorted(f["parts"].items(), key=lambda kv: -kv[1]["growth_s"]):
             lines.append(f"     {name:<66} {p['small_s']:>7.1f} {p['large_s']:>7.1f} {p['growth_s']:>+7.1f}")
         for side, run_ in (("small", s), ("large", l)):

@@ -4,7 +4,6 @@ replay; prints progress, the ledger and where the output is."""
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 

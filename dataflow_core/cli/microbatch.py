@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 import time
 
+from dataflow_core.errors import BUSY_EXIT
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -17,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(Structured Streaming's Delta source, available-now trigger), fires due timers, "
             "delivers the batch, moves the watermark and writes panes, results and state through "
             "Delta MERGE, each write idempotent per batch. A run that finds another run of the "
-            f"pipeline holding it exits with status 75."
+            f"pipeline holding it exits with status {BUSY_EXIT}."
         ),
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
@@ -48,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
             raise DataflowError("--loop runs on the clock; leave out --now")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
-    from dataflow_core.errors import BUSY_EXIT, PipelineBusy
+    from dataflow_core.errors import PipelineBusy
     from dataflow_core.spark.jobs.microbatch import run_microbatch
     from dataflow_core.spark.sinks.runs import Ledger
     from dataflow_core.spark.platform.session import get_spark

@@ -23,7 +23,6 @@ import argparse
 import csv
 import datetime as dt
 import decimal
-import io
 import json
 import re
 import sys

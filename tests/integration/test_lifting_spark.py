@@ -18,7 +18,6 @@ from dataflow_core.model.combiners import BUILT_IN
 from dataflow_core.model.lifting import lifts
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.pipeline import Pipeline, Stage
-from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import parse_duration as d
 from dataflow_core.model.windows import AssignContext, FixedWindows, GlobalWindows, Sessions
 from dataflow_core.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark

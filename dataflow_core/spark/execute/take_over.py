@@ -20,7 +20,6 @@ from dataflow_core.model.time import Instant
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, arrow_schema_of, key_fields
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 STANDING_FIELDS = ("window_start", "window_end", "value", "ts", "timing", "pane_index", "on_time_index", "emitted_at")
