@@ -94,8 +94,9 @@ def crash_tables(spark, warehouse: Path) -> dict[str, Counter]:
     return out
 
 
-# Every commit of a micro-batch is followed by one of these (the last stage's state by
-# before-finish: no commit comes between them).
+# A point after each kind of commit of a micro-batch (claim, quarantine, seen ids, a stage's
+# panes, results and state; the second stage's results are written as the first's are, and
+# no commit comes between its state and before-finish).
 POINTS = ["started", "quarantined", "deduplicated", "t_crash_s-panes", "t_crash_s-results", "t_crash_s-state",
           "t_crash_short-panes", "before-finish"]
 
