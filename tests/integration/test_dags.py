@@ -105,14 +105,18 @@ from airflow.serialization.serialized_objects import DagSerialization
 bag = DagBag()
 
 
-def refusal(dag, conf):
-    # What creating a run with this conf says (the check Airflow makes for `airflow dags
+def refusals(dag, confs):
+    # What creating a run with each conf says (the check Airflow makes for `airflow dags
     # test --conf`, the trigger form and the REST API alike): None when accepted.
-    try:
-        DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag)).params.deep_merge(conf).validate()
-    except Exception as exc:
-        return str(exc)
-    return None
+    params = DagSerialization.deserialize_dag(DagSerialization.serialize_dag(dag)).params
+    out = []
+    for conf in confs:
+        try:
+            params.deep_merge(conf).validate()
+            out.append(None)
+        except Exception as exc:
+            out.append(str(exc))
+    return out
 
 
 confs = json.loads(sys.argv[1])
@@ -135,7 +139,7 @@ print("DAGBAG-JSON " + json.dumps({
                        if "null" in (dag.params.get_param(name).schema.get("type") or []))
         for dag_id, dag in bag.dags.items()
     },
-    "refusals": {dag_id: [refusal(bag.dags[dag_id], conf) for conf in tried] for dag_id, tried in confs.items()},
+    "refusals": {dag_id: refusals(bag.dags[dag_id], tried) for dag_id, tried in confs.items()},
     "spark_imported": "pyspark" in sys.modules,
 }))
 """
