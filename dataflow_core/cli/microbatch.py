@@ -5,6 +5,7 @@ last batch (exactly once, crash-safe, fenced); `--loop EVERY` keeps going until 
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 
 from dataflow_core.errors import BUSY_EXIT
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
     p.add_argument("--now", default=None, help="processing time of the batch (default: the clock)")
-    p.add_argument("--loop", default=None, metavar="EVERY", help="run a batch every EVERY (e.g. 1m) until stopped")
+    p.add_argument("--loop", default=None, metavar="EVERY", help="keep one streaming query running, a batch every EVERY (e.g. 1m), until stopped (Ctrl-C)")
     p.add_argument("--skip-batch", type=int, default=None, metavar="N",
                    help="the latest batch N failed and fails again on every retry: quarantine its rows with "
                         "--reason instead of processing them, then run as usual")
@@ -46,13 +47,15 @@ def run(args: argparse.Namespace) -> int:
             every = parse_duration(args.loop) / 1000
         except ValueError as exc:
             raise DataflowError(f"--loop: {exc}") from None
+        if every <= 0:
+            raise DataflowError(f"--loop: {args.loop!r} is no interval; give one above zero, e.g. 1m")
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
     from dataflow_core.errors import PipelineBusy
-    from dataflow_core.spark.jobs.microbatch import run_microbatch
-    from dataflow_core.spark.sinks.runs import Ledger
+    from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
+    from dataflow_core.spark.sinks.runs import Ledger, RunResult
     from dataflow_core.spark.platform.session import get_spark
 
     started = time.monotonic()
@@ -60,25 +63,33 @@ def run(args: argparse.Namespace) -> int:
     def say(message: str) -> None:
         print(f"[microbatch {time.monotonic() - started:6.1f}s] {message}", flush=True)
 
+    def report(result: RunResult) -> None:
+        ledger = Ledger(**{k: v for k, v in result.ledger.items() if k != "balanced"})
+        for line in ledger.lines():
+            print(line, flush=True)
+        if not result.ledger_ok:
+            unbalanced.append(result.run_id)
+            stop.set()
+
     spark = get_spark(f"dataflow-microbatch-{args.pipeline}", master=args.master, warehouse=args.warehouse)
     if args.skip_batch is not None:
         from dataflow_core.spark.jobs.skip import request_skip
 
         say(request_skip(spark, args.pipeline, args.skip_batch, args.reason))
-    while True:
+    unbalanced: list[str] = []
+    stop = threading.Event()
+    if every is not None:
+        say(f"one streaming query, a batch every {args.loop} (a tick when none brings input); Ctrl-C stops it "
+            "after the batch under way")
         try:
-            result = run_microbatch(spark, args.pipeline, now=args.now, progress=say)
-        except PipelineBusy as exc:
-            print(f"dataflow microbatch: {exc}", flush=True)
-            if every is None:
-                return BUSY_EXIT
-            time.sleep(every)  # --loop: another run holds the pipeline now; try again next time
-            continue
-        ledger = Ledger(**{k: v for k, v in result.ledger.items() if k != "balanced"})
-        for line in ledger.lines():
-            print(line, flush=True)
-        if not result.ledger_ok:
-            return 1
-        if every is None:
-            return 0
-        time.sleep(every)
+            run_loop(spark, args.pipeline, every, progress=say, on_result=report, stop=stop)
+        except KeyboardInterrupt:
+            say("stopped")
+        return 1 if unbalanced else 0
+    try:
+        result = run_microbatch(spark, args.pipeline, now=args.now, progress=say)
+    except PipelineBusy as exc:
+        print(f"dataflow microbatch: {exc}", flush=True)
+        return BUSY_EXIT
+    report(result)
+    return 1 if unbalanced else 0

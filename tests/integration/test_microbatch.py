@@ -188,3 +188,86 @@ def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_co
     # batch 1 is the backfill's hold on the pipeline; batch 2 is the next micro-batch
     merged = log.where("user_id = 'u1' AND is_retraction AND run_id = 'batch-2'").select("value").collect()
     assert [r["value"] for r in merged] == [5], "batch 2 retracts the backfill's pane (views at 60, 120, 400, 650, 900 s)"
+
+
+def test_loop_keeps_one_query_and_its_batches_equal_single_runs_at_the_same_times(spark):
+    """`--loop`: one streaming query (processing-time trigger) takes every batch, ticks come
+    between when an interval brings no input, and the tables are exactly those that single
+    runs leave given the same slices of input at the same processing times."""
+    import threading
+    import time
+
+    from dataflow_core.spark.jobs.microbatch import run_loop
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+    from tests.integration.test_backfill import billing_pipeline
+
+    n = next(_names)
+    loop = billing_pipeline(f"t_loop_{n}", f"t_loop_in_{n}")
+    # Views of two ads, one delivered twice; the second slice's move the watermark past the
+    # first 10-minute windows, so their on-time panes fire.
+    rows = to_rows([("u1", "ad1", 1, 10, 5, True), ("u2", "ad1", 2, 90, 1, False), ("u1", "ad2", 3, 200, 30, False),
+                    ("u1", "ad1", 4, 700, 5, False), ("u2", "ad2", 5, 760, 5, True)])
+    slices = [rows[:4], rows[4:]]
+    # The test's own writes go through a session of their own: the loop sets idempotent-write
+    # settings on its session for its MERGEs, which a concurrent write must not pick up.
+    writer = spark.newSession()
+    writer.conf.set(WAREHOUSE_CONF, spark.conf.get(WAREHOUSE_CONF))
+    write_input(writer, loop.input_table, slices[0])
+    results, errors, stop = [], [], threading.Event()
+
+    def run() -> None:
+        try:
+            run_loop(spark, loop.name, 1.0, on_result=results.append, stop=stop)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            errors.append(exc)
+
+    def wait_for(what: str, done) -> None:
+        deadline = time.monotonic() + 240
+        while not done():
+            assert not errors, errors
+            assert thread.is_alive(), "the loop stopped by itself"
+            assert time.monotonic() < deadline, f"no {what} after 240 s; batches so far: {results}"
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        wait_for("first batch", lambda: sum(r.ledger["read"] for r in results) == len(slices[0]))
+        write_input(writer, loop.input_table, slices[1], mode="append")
+        wait_for("second batch", lambda: sum(r.ledger["read"] for r in results) == len(slices[0]) + len(slices[1]))
+        after = len(results)
+        wait_for("tick", lambda: len(results) > after)
+    finally:
+        stop.set()
+        thread.join(180)
+    assert not errors, errors
+    assert not thread.is_alive()
+    assert all(r.ledger_ok for r in results), results
+
+    batches = read_table(spark, "dataflow_batches").where(f"pipeline = '{loop.name}' AND status = 'finished'")
+    done = batches.orderBy("batch").select("stream_batch", "now_ms", "stream_id").collect()
+    streamed = [r for r in done if r["stream_batch"] is not None]
+    assert len(streamed) == 2 and len({r["stream_id"] for r in streamed}) == 1, done
+    assert done[-1]["stream_batch"] is None, "a tick after the input"
+
+    single = billing_pipeline(f"t_loop_single_{n}", f"t_loop_single_in_{n}")
+    write_input(spark, single.input_table, [])
+    for r in done:
+        if r["stream_batch"] is not None:
+            write_input(spark, single.input_table, slices[r["stream_batch"]], mode="append")
+        assert run_microbatch(spark, single.name, now=format_instant(r["now_ms"])).ledger_ok
+    for a, b in zip(loop.stages, single.stages):
+        assert history(spark, f"{a.output}_panes") == history(spark, f"{b.output}_panes"), a.output
+        assert history(spark, a.output) == history(spark, b.output)
+    assert history(spark, f"{loop.stages[0].output}_panes"), "the loop wrote panes"
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--loop", "0s"], "--loop: '0s' is no interval"),
+    (["--loop", "1m", "--now", "2024-05-01T00:00:00Z"], "--loop runs on the clock; leave out --now"),
+])
+def test_loop_refuses_what_it_cannot_do_before_starting_spark(capsys, args, says):
+    from dataflow_core.cli import main
+
+    assert main(["microbatch", "--pipeline", "billing", *args]) == 2
+    assert says in capsys.readouterr().err

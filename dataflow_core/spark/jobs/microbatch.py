@@ -1,7 +1,7 @@
 """`dataflow microbatch`: one (or a loop of) exactly-once micro-batches of a pipeline.
 
-New input comes from Structured Streaming's Delta source with an available-now trigger and
-`foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
+New input comes from Structured Streaming's Delta source with an available-now trigger (or,
+under `--loop`, one long-running query with a processing-time trigger) and `foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
 refuses a second concurrent query on it (MillWheel's sequencer), and a batch that crashed
 is delivered again, with the same rows, to the next run. A batch with no new input (a
 "tick") still fires due timers and watermark panes. Commits that rewrite input files (an
@@ -75,7 +75,7 @@ from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["BUSY_EXIT", "CRASH_ENV", "PipelineBusy", "run_microbatch"]
+__all__ = ["BUSY_EXIT", "CRASH_ENV", "PipelineBusy", "run_loop", "run_microbatch"]
 
 FUTURE_TOLERANCE = 5 * 60 * 1000
 """How far ahead of this machine's clock `--now` may be (clocks of machines differ)."""
@@ -91,8 +91,6 @@ def run_microbatch(
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none). Raises PipelineBusy when another run holds the pipeline."""
-    from pyspark.errors import StreamingQueryException
-
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
@@ -104,70 +102,87 @@ def run_microbatch(
         )
     token = uuid.uuid4().hex
     done: list[tuple[BatchRecord, Ledger]] = []
-    pending = records(spark, spec)
-    refuse_if_backfill_holds(spec, pending[0] if pending else None)
-    if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
-        say(f"finishing tick batch {pending[0]['batch']} that did not complete")
-        done.append(_process(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"]))
-    if not table_exists(spark, spec.input_table):
-        raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
-    checkpoint = checkpoint_path(spark, spec.name)
-    failures: list[BaseException] = []
-    started = threading.Event()
-    stream: dict[str, Any] = {"batches": 0}
-
-    def each(df: "DataFrame", stream_batch: int) -> None:
-        stream["batches"] += 1
-        started.wait(60)
-        try:
-            result = _process(spark, spec, df, stream_batch, now_ms, say, token, stream.get("id"))
-        except BaseException as exc:  # re-raised below as itself, not as a stream error
-            if _concurrent(exc) and not isinstance(exc, PipelineBusy):
-                exc = PipelineBusy(
-                    f"pipeline {spec.name!r}: another run committed to the same table at the same moment "
-                    f"({type(exc).__name__}); this run stopped, and what it had committed is exactly what "
-                    "the other commits"
-                )
-            failures.append(exc)
-            raise exc
-        if result is not None:
-            done.append(result)
-
-    busy = PipelineBusy(
-        f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint {checkpoint} is "
-        "taken); this run stopped, and the tables are as the other run leaves them"
-    )
-    try:
-        query = (
-            spark.readStream.format("delta").option("ignoreChanges", "true")
-            .load(table_path(spark, spec.input_table))
-            .writeStream.foreachBatch(each)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
-    except Exception as exc:  # two runs creating the same checkpoint at once
-        if _concurrent(exc):
-            raise busy from None
-        raise
-    stream["id"] = str(query.id)
-    started.set()
-    try:
-        query.awaitTermination()
-    except StreamingQueryException as exc:
-        if failures:
-            raise failures[0] from None
-        if _concurrent(exc):
-            raise busy from None
-        raise
-    if not stream["batches"]:
-        tick = _process(spark, spec, None, None, now_ms, say, token, stream["id"])
+    _finish_tick(spark, spec, now_ms, say, token, done.append)
+    stream = _Stream(spark, spec, say, token, lambda: now_ms, done.append)
+    stream.finish(stream.start({"availableNow": True}))
+    if not stream.batches:
+        tick = _process(spark, spec, None, None, now_ms, say, token, stream.id)
         if tick is not None:
             done.append(tick)
     if not done:
         last = records(spark, spec)[0]
         say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])}: nothing to do")
         return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
+    return _result(spec, done)
+
+
+def run_loop(
+    spark: "SparkSession",
+    pipeline: str,
+    every_s: float,
+    progress: Callable[[str], None] | None = None,
+    on_result: Callable[[RunResult], None] | None = None,
+    stop: threading.Event | None = None,
+) -> None:
+    """`--loop`: one streaming query with a processing-time trigger every `every_s` seconds,
+    so a batch pays no query start-up; each of its batches, and a tick whenever an interval
+    brings no input, is a micro-batch of `run_microbatch`'s kind at the clock's time, with
+    its result handed to `on_result`. Runs until `stop` is set (or Ctrl-C), letting the
+    batch under way finish; while another run holds the pipeline it waits and tries again."""
+    spec = get(pipeline)
+    say = progress or (lambda _m: None)
+    report = on_result or (lambda _r: None)
+    stop = stop or threading.Event()
+    latest = [0]
+
+    def clock() -> Instant:  # never back, whatever the machine's clock does
+        latest[0] = max(latest[0], int(time.time() * 1000))
+        return latest[0]
+
+    def handle(done: tuple[BatchRecord, Ledger]) -> None:
+        report(_result(spec, [done]))
+
+    while not stop.is_set():
+        token = uuid.uuid4().hex
+        try:
+            _finish_tick(spark, spec, clock(), say, token, handle)
+            stream = _Stream(spark, spec, say, token, clock, handle)
+            query = stream.start({"processingTime": f"{round(every_s * 1000)} milliseconds"})
+            try:
+                seen = 0
+                while query.isActive and not stop.wait(every_s):
+                    if query.status["isTriggerActive"]:
+                        continue  # the stream is reading or planning a batch: no tick before it
+                    with stream.lock:
+                        if stream.batches == seen and not stream.failures:
+                            tick = _process(spark, spec, None, None, clock(), say, token, stream.id)
+                            if tick is not None:
+                                handle(tick)
+                        seen = stream.batches
+            finally:
+                stream.halt(query)
+            stream.finish(query)
+        except PipelineBusy as exc:
+            say(f"{exc}; trying again in {every_s:g} s")
+            stop.wait(every_s)
+
+
+def _finish_tick(spark, spec: PipelineSpec, now_ms: Instant, say, token: str, done: Callable) -> None:
+    """Before reading input: refuse while a backfill holds the pipeline, complete a tick
+    batch that did not finish, and make sure the input table exists."""
+    pending = records(spark, spec)
+    refuse_if_backfill_holds(spec, pending[0] if pending else None)
+    if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
+        say(f"finishing tick batch {pending[0]['batch']} that did not complete")
+        finished = _process(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"])
+        if finished is not None:
+            done(finished)
+    if not table_exists(spark, spec.input_table):
+        raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
+
+
+def _result(spec: PipelineSpec, done: list[tuple[BatchRecord, Ledger]]) -> RunResult:
+    """One result for these batches: their ledgers summed, named after the last."""
     total = Ledger()
     for _, ledger in done:
         for k in ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions"):
@@ -178,6 +193,92 @@ def run_microbatch(
                 agg[k] = agg.get(k, 0) + v
     last = done[-1][0]
     return RunResult(f"{spec.name}-batch-{last.batch}", total.as_dict(), last.now)
+
+
+class _Halted(Exception):
+    """Raised in a stream batch that starts after the loop was told to stop: its input is
+    left to the next run (the checkpoint does not commit it)."""
+
+
+class _Stream:
+    """The pipeline's streaming query over its input table (Structured Streaming's Delta
+    source, `foreachBatch`), each of its batches through `_process` at `clock()`. Its
+    checkpoint refuses a second concurrent query: that run is PipelineBusy. `lock` keeps a
+    stream batch and a tick of the loop from running at once."""
+
+    def __init__(self, spark, spec: PipelineSpec, say, token: str, clock: Callable[[], Instant], done: Callable):
+        self.spark, self.spec, self.say, self.token, self.clock, self.done = spark, spec, say, token, clock, done
+        self.batches = 0
+        self.id: str | None = None
+        self.failures: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.halting = False
+        self._started = threading.Event()
+        self.checkpoint = checkpoint_path(spark, spec.name)
+        self.busy = PipelineBusy(
+            f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint {self.checkpoint} is "
+            "taken); this run stopped, and the tables are as the other run leaves them"
+        )
+
+    def each(self, df: "DataFrame", stream_batch: int) -> None:
+        self._started.wait(60)
+        with self.lock:
+            if self.halting:
+                raise _Halted()
+            self.batches += 1
+            try:
+                result = _process(self.spark, self.spec, df, stream_batch, self.clock(), self.say, self.token, self.id)
+            except BaseException as exc:  # re-raised by `finish` as itself, not as a stream error
+                if _concurrent(exc) and not isinstance(exc, PipelineBusy):
+                    exc = PipelineBusy(
+                        f"pipeline {self.spec.name!r}: another run committed to the same table at the same moment "
+                        f"({type(exc).__name__}); this run stopped, and what it had committed is exactly what "
+                        "the other commits"
+                    )
+                self.failures.append(exc)
+                raise exc
+            if result is not None:
+                self.done(result)
+
+    def start(self, trigger: dict[str, Any]):
+        """The query, started with this trigger (`availableNow` or `processingTime`)."""
+        try:
+            query = (
+                self.spark.readStream.format("delta").option("ignoreChanges", "true")
+                .load(table_path(self.spark, self.spec.input_table))
+                .writeStream.foreachBatch(self.each)
+                .option("checkpointLocation", self.checkpoint)
+                .trigger(**trigger)
+                .start()
+            )
+        except Exception as exc:  # two runs creating the same checkpoint at once
+            if _concurrent(exc):
+                raise self.busy from None
+            raise
+        self.id = str(query.id)
+        self._started.set()
+        return query
+
+    def halt(self, query) -> None:
+        """Stop the query once the batch under way (if any) has finished."""
+        with self.lock:
+            self.halting = True
+        query.stop()
+
+    def finish(self, query) -> None:
+        """Wait for the query to end; a batch's failure is raised as itself."""
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            failures = [f for f in self.failures if not isinstance(f, _Halted)]
+            if failures:
+                raise failures[0] from None
+            if _concurrent(exc):
+                raise self.busy from None
+            if not self.halting:
+                raise
 
 
 def _concurrent(exc: BaseException) -> bool:
