@@ -32,12 +32,13 @@ from dataflow_core.model.triggers import (
 )
 from dataflow_core.model.window_map import WindowMap
 from dataflow_core.model.window_state import WindowState
-from dataflow_core.model.windows import AssignContext, Window
+from dataflow_core.model.windows import AssignContext, IntervalWindow, Window
 
 if TYPE_CHECKING:
     from dataflow_core.model.lifting import Combined
 
-__all__ = ["Correction", "Corrected", "Element", "KeyedWindowSet", "OnTime", "WindowState"]
+__all__ = ["Correction", "Corrected", "Element", "FreshCorrection", "KeyedWindowSet", "OnTime", "WindowState",
+           "fresh_correction"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,44 @@ class Corrected:
 
     panes: list[Pane] = field(default_factory=list)
     results: list[tuple[Window, Pane | None, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class FreshCorrection:
+    """How `KeyedWindowSet.correct` restates a window that no run has emitted (the results
+    have no row for it) outside live state: one pane, which is also the window's results
+    row, carrying the recomputed value and timestamp. Its other fields depend on the window
+    only through whether the watermark has passed its end, so a runner can restate many
+    such windows at once with these panes' metadata (their window, value and timestamp
+    are placeholders)."""
+
+    watermark: Instant
+    passed: Pane  # for a window ending at or before the watermark
+    early: Pane | None  # for one ending after it (None: the watermark is the end of time)
+
+
+_PLACEHOLDER = object()
+
+
+def fresh_correction(strategy: WindowingStrategy, at: Instant, watermark: Instant) -> FreshCorrection | None:
+    """`FreshCorrection` for corrections at `at` under `watermark`, found by running
+    `correct` itself on a window of each kind; None where it does more than emit the value
+    as it is (a combiner whose `output_difference` changes a first total)."""
+
+    def probe(end: Instant) -> Pane | None:
+        window = IntervalWindow(end - 1, end)
+        done = KeyedWindowSet(None, strategy).correct(
+            [Correction(window, None, None, _PLACEHOLDER, end - 1, True)], at, watermark)
+        if len(done.panes) != 1 or done.panes[0].value is not _PLACEHOLDER or len(done.results) != 1:
+            return None
+        _, pane, total = done.results[0]
+        return pane if pane is done.panes[0] and total is _PLACEHOLDER else None
+
+    passed = probe(watermark)
+    early = probe(watermark + 1) if watermark < END_OF_TIME else None
+    if passed is None or (early is None and watermark < END_OF_TIME):
+        return None
+    return FreshCorrection(watermark, passed, early)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -8,13 +8,17 @@ the key's elements (to rebuild the corrected windows' accumulators) and its stor
 Output: the stage's output rows of kind `'pane'` (corrections and retractions, in order),
 `'result'` (per window, the pane whose metadata its results row takes with the window's
 total as value; `is_retraction` deletes the row) and, with live state, `'state'`.
+
+Without live state, the windows the results do not have yet (a first backfill's, most of
+any backfill's) skip the executors' Python: the model says once what `correct` emits for
+such a window (`fresh_correction`), and Spark SQL copies it onto each of them.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataflow_core.model.group_by_window import Correction, Element, KeyedWindowSet
+from dataflow_core.model.group_by_window import Correction, Element, FreshCorrection, KeyedWindowSet, fresh_correction
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
@@ -40,10 +44,12 @@ def run_corrections(
     watermark: Instant,
     elements: "DataFrame | None" = None,
     states: "DataFrame | None" = None,
+    fresh_in_sql: bool = True,
 ) -> "DataFrame":
     """The corrections' output rows (see the module docstring), lazily. `elements` (key
     columns, `value`, `event_ms`, optional `retraction`) and `states` (key columns,
-    `state`) are given together, for a stage with live state."""
+    `state`) are given together, for a stage with live state. `fresh_in_sql=False` sends
+    the windows the results do not have through the executors too (a test compares)."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -86,12 +92,41 @@ def run_corrections(
         return pa.Table.from_pylist(rows, schema=arrow_schema)
 
     if not live:
-        return both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+        probe = fresh_correction(strategy, at, watermark) if fresh_in_sql else None
+        if probe is None:
+            return both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+        fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
+            & F.col("window_start").isNotNull()
+        rest = both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+        return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
     return (
         both.groupBy(*keys)
         .cogroup(states.select(*keys, "state").groupBy(*keys))  # type: ignore[union-attr]
         .applyInArrow(one_key, schema)
     )
+
+
+def _fresh_rows(fixes: "DataFrame", probe: FreshCorrection, keys: list[str], schema) -> "DataFrame":
+    """Output rows (`schema`) for windows the results do not have: per window its pane
+    and its results row, the model's metadata for the window's side of the watermark
+    around its own value and timestamp."""
+    from pyspark.sql import functions as F
+
+    own = ("window_start", "window_end", "value", "ts")
+    passed = F.col("window_end") <= F.lit(probe.watermark)
+    fields: dict[str, "object"] = {}
+    for name, value in pane_to_row(probe.passed).items():
+        if name in own:
+            continue
+        column = F.lit(value)
+        if probe.early is not None:
+            column = F.when(passed, column).otherwise(F.lit(pane_to_row(probe.early)[name]))
+        fields[name] = column
+    rows = fixes.select(*keys, *own, F.explode(F.array(F.lit("pane"), F.lit("result"))).alias("kind"),
+                        F.lit(0).alias("ordinal"), *[c.alias(n) for n, c in fields.items()])
+    return rows.select(*[
+        (F.col(f.name) if f.name in rows.columns else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
+    ])
 
 
 def _correction(key: object, r: dict) -> Correction:
