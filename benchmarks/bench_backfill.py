@@ -286,6 +286,15 @@ class TreeSampler(threading.Thread):
     def cpu_seconds(self) -> float:
         return sum(self.cpu.values())
 
+    @classmethod
+    def running(cls, pid: int, interval: float = 0.2) -> "TreeSampler":
+        """A sampler started, once it has its first reading (a baseline for CPU seconds)."""
+        sampler = cls(pid, interval)
+        sampler.start()
+        while not sampler.cpu and sampler.is_alive():
+            time.sleep(0.02)
+        return sampler
+
     def run(self) -> None:
         import psutil
 

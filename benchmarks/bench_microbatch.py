@@ -319,10 +319,7 @@ def timed_batch(spark, clock: PhaseClock, now_ms: int) -> dict:
     """One `run_microbatch`, timed, with its process tree's CPU seconds and peak RSS."""
     from dataflow_core.spark.jobs.microbatch import run_microbatch
 
-    sampler = TreeSampler(os.getpid(), 0.2)
-    sampler.start()
-    while not sampler.cpu and sampler.is_alive():
-        time.sleep(0.02)
+    sampler = TreeSampler.running(os.getpid())
     cpu0, rss0 = sampler.cpu_seconds, sampler.peak
     clock.start()
     result = run_microbatch(spark, PIPELINE, now=iso(now_ms), progress=clock.say)

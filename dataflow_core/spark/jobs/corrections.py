@@ -120,10 +120,18 @@ def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned
 def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
     seen ids (batch -1: a backfill's)."""
+    from pyspark.sql import functions as F
+
     keys = list(stage.key_columns)
     windows = out.where("kind = 'result' AND NOT is_retraction AND window_start IS NOT NULL").select(
         *[out[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
-    cond = [elements[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys] + [
-        elements["event_ms"] >= windows["window_start"], elements["event_ms"] < windows["window_end"]]
-    inside = elements.join(windows, cond, "left_semi")
+    form = stage.strategy.window_fn.sql_window("event_ms")
+    if form is not None:  # each element in one window, known from its time: an equi-join, not a range join per key
+        placed = elements.withColumn("_w_start", F.expr(form[0]))
+        inside_window = [placed["_w_start"] == windows["window_start"]]
+    else:
+        placed = elements
+        inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
+    same_key = [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
+    inside = placed.join(windows, [*same_key, *inside_window], "left_semi")
     remember_ids(spark, spec, inside, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run_id}", 0))
