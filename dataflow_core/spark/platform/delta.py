@@ -68,14 +68,19 @@ def merge_rows(
     txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
     update_set: dict[str, str] | None = None,
 ) -> int:
-    """MERGE `rows` into table `name` on `keys` (null-safe), creating it empty first if
-    missing (with Delta's liquid clustering on `cluster_by`). Rows with `_delete` delete
+    """MERGE `rows` into table `name` on `keys` (null-safe). A missing table is created by
+    a plain write of the rows (`_created_with`), or, to have Delta's liquid clustering on
+    `cluster_by`, created empty and merged into. Rows with `_delete` delete
     their match (when `delete`); others update it (when `update`; `update_set` overrides
     the value of some columns with SQL over target `t` and source `s`) or are inserted.
     `target_filter` is a condition on `t` that every match meets, so Delta skips files.
     Columns the table lacks are added (schema evolution). Returns rows changed."""
     from delta.tables import DeltaTable
 
+    if not cluster_by and not table_exists(spark, name):
+        created = _created_with(spark, name, rows, txn)
+        if created is not None:
+            return created
     if not table_exists(spark, name):
         empty = rows.drop("_delete").limit(0)
         if cluster_by:
@@ -106,3 +111,27 @@ def merge_rows(
         return 0  # nothing to change (or skipped under `txn`): no commit
     metrics = commit_info(spark, path, after).get("operationMetrics") or {}
     return sum(int(metrics.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
+
+
+def _created_with(spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None) -> int | None:
+    """A missing table made by one plain write of what a MERGE into nothing would insert
+    (every row not marked `_delete`), so its first rows cost no join and no second pass.
+    Returns the rows written; None when another run created the table first (the caller
+    then merges)."""
+    from pyspark.sql import functions as F
+
+    if "_delete" in rows.columns:
+        rows = rows.where(~F.col("_delete")).drop("_delete")
+    writer = rows.write.format("delta").mode("errorifexists")
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    path = table_path(spark, name)
+    try:
+        writer.save(path)
+    except Exception:
+        if not table_exists(spark, name):
+            raise
+        return None
+    register_table(spark, name)
+    metrics = commit_info(spark, path, 0).get("operationMetrics") or {}
+    return int(metrics.get("numOutputRows", 0))
