@@ -73,7 +73,7 @@ def correct_stage(
         written = write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id)
         crash_point(f"{stage.output}-corrected-panes")
         if stage.keeps_results:
-            write_results(spark, stage, out.where("kind = 'result'"), run.run_id)
+            write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True)
         crash_point(f"{stage.output}-corrected-results")
         if live:
             write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))

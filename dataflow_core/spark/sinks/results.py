@@ -26,13 +26,16 @@ RESULT_COLUMNS = (
     "updated_at", "pane_id", "run_id",
 )
 
-def result_rows(stage: StageSpec, panes: "DataFrame", run_id: str) -> "DataFrame":
+def result_rows(stage: StageSpec, panes: "DataFrame", run_id: str, one_per_window: bool = False) -> "DataFrame":
     """Per key and window of runner panes (pane codec fields, times in ms; ordered by
     `emitted_at`, then `sub` and `ordinal` where present), the results row they leave,
-    with `_delete` where the last of them is a retraction."""
+    with `_delete` where the last of them is a retraction. `one_per_window`: each window
+    has one row already, the one to keep, its value the window's total (corrections)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    if one_per_window:
+        return _as_results_row(stage, pane_rows(stage, panes, run_id))
     window_id = [*stage.key_columns, "window_start", "window_end"]
     order = [F.col(c).desc() for c in ("emitted_at", "sub", "ordinal", "pane_index") if c in panes.columns]
     order.append(F.col("is_retraction").desc())
@@ -43,7 +46,13 @@ def result_rows(stage: StageSpec, panes: "DataFrame", run_id: str) -> "DataFrame
         total = F.expr(merge_aggregate(merge, "CASE WHEN NOT is_retraction THEN value END"))
         ts = F.expr(f"{stage.strategy.timestamp_combiner.merge}(CASE WHEN NOT is_retraction THEN ts END)")
         ranked = ranked.withColumn("value", total.over(whole)).withColumn("ts", ts.over(whole))
-    rows = pane_rows(stage, ranked.where("_n = 1"), run_id)
+    return _as_results_row(stage, pane_rows(stage, ranked.where("_n = 1"), run_id))
+
+
+def _as_results_row(stage: StageSpec, rows: "DataFrame") -> "DataFrame":
+    """A window's last pane (a pane-log row) as its results row."""
+    from pyspark.sql import functions as F
+
     return rows.select(
         *stage.key_columns, "window_start", "window_end", "value", "timestamp", "timing",
         "pane_index", "on_time_index", F.col("emitted_at").alias("updated_at"), "pane_id", "run_id",
@@ -53,13 +62,13 @@ def result_rows(stage: StageSpec, panes: "DataFrame", run_id: str) -> "DataFrame
 
 def write_results(
     spark: "SparkSession", stage: StageSpec, panes: "DataFrame", run_id: str, txn: Txn | None = None,
-    continues: bool = False, window_end_from: int | None = None,
+    continues: bool = False, window_end_from: int | None = None, one_per_window: bool = False,
 ) -> int:
     """Write the results rows `panes` leave. With `continues` the panes follow what the
     table holds (a later micro-batch): a discarding stage's value merges with the row's.
     `window_end_from` (ms), when no pane's window ends earlier, lets Delta skip the files of
-    older windows."""
-    rows = result_rows(stage, panes, run_id)
+    older windows. `one_per_window`: see `result_rows`."""
+    rows = result_rows(stage, panes, run_id, one_per_window)
     merge = discarding_merge(stage.strategy)
     update_set = None
     if continues and merge is not None:
