@@ -1,8 +1,9 @@
 """`dataflow microbatch`: one (or a loop of) exactly-once micro-batches of a pipeline.
 
 New input comes from Structured Streaming's Delta source with an available-now trigger (or,
-under `--loop`, one long-running query with a processing-time trigger) and `foreachBatch`: the stream's checkpoint remembers which table versions were consumed and
-refuses a second concurrent query on it (MillWheel's sequencer), and a batch that crashed
+under `--loop`, one long-running query with a processing-time trigger) and `foreachBatch`:
+the stream's checkpoint remembers which table versions were consumed and refuses a second
+concurrent query on it (MillWheel's sequencer), and a batch that crashed
 is delivered again, with the same rows, to the next run. A batch with no new input (a
 "tick") still fires due timers and watermark panes. Commits that rewrite input files (an
 overwrite, `replaceWhere`, an upsert, an UPDATE or DELETE) are read with `ignoreChanges`:
