@@ -25,7 +25,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
     p.add_argument("--now", default=None, help="processing time of the batch (default: the clock)")
-    p.add_argument("--loop", default=None, metavar="EVERY", help="keep one streaming query running, a batch every EVERY (e.g. 1m), until stopped (Ctrl-C)")
+    p.add_argument("--loop", default=None, metavar="EVERY",
+                   help="keep one streaming query running, a batch every EVERY (e.g. 1m), until stopped (Ctrl-C)")
     p.add_argument("--skip-batch", type=int, default=None, metavar="N",
                    help="the latest batch N failed and fails again on every retry: quarantine its rows with "
                         "--reason instead of processing them, then run as usual")

@@ -114,14 +114,11 @@ def _fresh_rows(fixes: "DataFrame", probe: FreshCorrection, keys: list[str], sch
 
     own = ("window_start", "window_end", "value", "ts")
     passed = F.col("window_end") <= F.lit(probe.watermark)
+    early = pane_to_row(probe.early) if probe.early is not None else None
     fields: dict[str, "object"] = {}
     for name, value in pane_to_row(probe.passed).items():
-        if name in own:
-            continue
-        column = F.lit(value)
-        if probe.early is not None:
-            column = F.when(passed, column).otherwise(F.lit(pane_to_row(probe.early)[name]))
-        fields[name] = column
+        if name not in own:
+            fields[name] = F.lit(value) if early is None else F.when(passed, F.lit(value)).otherwise(F.lit(early[name]))
     rows = fixes.select(*keys, *own, F.explode(F.array(F.lit("pane"), F.lit("result"))).alias("kind"),
                         F.lit(0).alias("ordinal"), *[c.alias(n) for n, c in fields.items()])
     return rows.select(*[

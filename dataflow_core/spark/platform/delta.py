@@ -77,11 +77,11 @@ def merge_rows(
     Columns the table lacks are added (schema evolution). Returns rows changed."""
     from delta.tables import DeltaTable
 
-    if not cluster_by and not table_exists(spark, name):
-        created = _created_with(spark, name, rows, txn)
+    if not table_exists(spark, name):
+        created = None if cluster_by else _created_with(spark, name, rows, txn)
         if created is not None:
             return created
-    if not table_exists(spark, name):
+    if not table_exists(spark, name):  # to be clustered, or another run made it just now
         empty = rows.drop("_delete").limit(0)
         if cluster_by:
             (DeltaTable.createIfNotExists(spark).location(table_path(spark, name))
