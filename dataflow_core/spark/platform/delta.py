@@ -39,11 +39,16 @@ def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def append_rows(spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None = None) -> None:
-    """Append `rows` to table `name` (created on first write), under `txn` when given."""
+def append_rows(
+    spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None = None, note: str | None = None,
+) -> None:
+    """Append `rows` to table `name` (created on first write), under `txn` when given;
+    `note` goes into the commit's `userMetadata` (its log entry, readable without a query)."""
     writer = rows.write.format("delta").mode("append").option("mergeSchema", "true")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    if note is not None:
+        writer = writer.option("userMetadata", note)
     writer.save(table_path(spark, name))
     register_table(spark, name)
 

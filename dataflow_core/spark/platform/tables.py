@@ -86,11 +86,11 @@ def register_table(spark: "SparkSession", name: str) -> None:
     if not table_exists(spark, name):
         raise _missing_table(spark, name)
     registered_key = f"spark.dataflow.table.{name}"
+    if spark.conf.get(registered_key, None) == path:
+        return  # registered by this session at this path (`drop_table` forgets it)
     if spark.catalog.tableExists(name):
         if spark.catalog.getTable(name).tableType != "EXTERNAL":
             return  # a managed table someone created; dropping it would delete its data
-        if spark.conf.get(registered_key, None) == path:
-            return
         spark.sql(f"DROP TABLE `{name}`")  # external: only the catalog entry goes
     spark.catalog.createTable(name, path=path, source="delta")
     spark.conf.set(registered_key, path)
@@ -230,8 +230,14 @@ def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
 
 def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
     """The `commitInfo` action of commit `version` of the table at `path` (operation,
-    operationMetrics), read from its log file through Hadoop's FileSystem: what
-    `history(1)` says, without a query."""
+    operationMetrics): what `history(1)` says, without a query."""
+    return next((a["commitInfo"] for a in commit_actions(spark, path, version) if "commitInfo" in a), {})
+
+
+def commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict]:
+    """The actions of commit `version` of the Delta table at `path`, read from its log file
+    through Hadoop's FileSystem (no Spark job): one dict per action (`commitInfo`, `txn`,
+    `add`, ...)."""
     import json
 
     jvm = spark._jvm
@@ -242,11 +248,7 @@ def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
         text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
     finally:
         stream.close()
-    for line in text.splitlines():
-        action = json.loads(line) if line.strip() else {}
-        if "commitInfo" in action:
-            return action["commitInfo"]
-    return {}
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _delta_log(spark: "SparkSession", path: str):

@@ -22,7 +22,9 @@ from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import append_rows, read_as_of, table_version
-from dataflow_core.spark.platform.tables import read_table, snapshot_identity, table_exists, table_path
+from dataflow_core.spark.platform.tables import (
+    commit_actions, read_table, snapshot_identity, table_exists, table_path,
+)
 from dataflow_core.spark.sinks.runs import Ledger
 
 if TYPE_CHECKING:
@@ -164,6 +166,8 @@ def mark_reset(spark, spec: PipelineSpec) -> int:
 
 
 def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledger: Ledger | None) -> None:
+    """Append `rec` with this status under its idempotent key (`_key`); the commit carries
+    the run's token as Delta's `userMetadata`, so a claim's log entry names its run."""
     row = (
         spec.name, rec.batch, rec.stream_batch, rec.now, dt.datetime.fromtimestamp(rec.now / 1000, dt.timezone.utc),
         status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
@@ -171,43 +175,76 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id, rec.holder,
         rec.skip,
     )
+    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), _key(spec, rec, status),
+                note=rec.token)
+
+
+def _key(spec: PipelineSpec, rec: BatchRecord, status: str) -> tuple[str, int]:
+    """The idempotent key of `rec`'s row with this status: a claim's version orders the
+    attempts of all batches (N * ATTEMPTS + attempt), other rows are one per batch."""
     version = rec.batch * ATTEMPTS + rec.attempt if status == "started" else rec.batch
-    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA),
-                (f"dataflow:{spec.name}:batches:{status}", version))
+    return f"dataflow:{spec.name}:batches:{status}", version
 
 
 def claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
     """Claim attempt `rec.attempt` at batch `rec.batch`; refused when another run claimed it
-    first (Delta commits at most one row per idempotent key). The same read fences the
-    claim (`fence`)."""
+    first (Delta commits at most one row per idempotent key) or a later attempt took it.
+    The Delta log's commits since the claim began say both without a query: ours names
+    this run, a later attempt's key is above ours. Anything else (our commit skipped or
+    refused) is settled by reading the claims."""
+    before = table_version(spark, BATCHES_TABLE)
     failure: Exception | None = None
     try:
         append_record(spark, spec, rec, "started", None)
     except Exception as exc:  # a concurrent claim of the same key fails the loser's commit
         failure = exc
     version = table_version(spark, BATCHES_TABLE)
+    app_id, mine = _key(spec, rec, "started")
+    claims = _claims(spark, app_id, before, version)
+    if failure is None and (mine, rec.token) in claims:
+        _refuse_superseded(spec, rec, [c for c, _ in claims if c // ATTEMPTS == rec.batch])
+        rec.fenced_at = version
+        return
     attempts = _attempts(spark, spec, rec)
-    mine = [r for r in attempts if r["attempt"] == rec.attempt]
-    if mine and mine[0]["run_token"] != rec.token:
+    theirs = [r for r in attempts if r["attempt"] == rec.attempt and r["run_token"] != rec.token]
+    if theirs:
         raise PipelineBusy(
             f"pipeline {spec.name!r} is already running: another run claimed batch {rec.batch} "
             f"(attempt {rec.attempt}) first; this run stopped without writing"
         )
-    if not mine:
+    _refuse_superseded(spec, rec, [rec.batch * ATTEMPTS + r["attempt"] for r in attempts])
+    if not any(r["attempt"] == rec.attempt for r in attempts):
         raise failure or DataflowError(f"pipeline {spec.name!r}: the claim of batch {rec.batch} did not commit")
-    _refuse_superseded(spec, rec, attempts)
     rec.fenced_at = version
 
 
 def fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
     """Stop before a commit if a later attempt took this batch over (this run is a zombie).
-    While `dataflow_batches` has no commit since the last check, no attempt can have
-    claimed the batch: its log's version says so without a query."""
+    Only the log's commits since the last check can hold such a claim: their `txn` actions
+    say so without a query (while there is none, the log's version says so)."""
     version = table_version(spark, BATCHES_TABLE)
     if version == rec.fenced_at:
         return
-    _refuse_superseded(spec, rec, _attempts(spark, spec, rec))
+    if rec.fenced_at < 0:  # never claimed by this run: read the claims
+        claimed = [rec.batch * ATTEMPTS + r["attempt"] for r in _attempts(spark, spec, rec)]
+    else:
+        app_id, _ = _key(spec, rec, "started")
+        claimed = [c for c, _ in _claims(spark, app_id, rec.fenced_at, version) if c // ATTEMPTS == rec.batch]
+    _refuse_superseded(spec, rec, claimed)
     rec.fenced_at = version
+
+
+def _claims(spark, app_id: str, after: int, upto: int) -> list[tuple[int, str | None]]:
+    """The claims committed in versions `after`+1 to `upto` of `dataflow_batches`, from its
+    log: (idempotent-key version, run token) of each commit under `app_id`."""
+    path = table_path(spark, BATCHES_TABLE)
+    out = []
+    for version in range(max(after, -1) + 1, upto + 1):
+        actions = commit_actions(spark, path, version)
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        out += [(a["txn"]["version"], info.get("userMetadata")) for a in actions
+                if "txn" in a and a["txn"].get("appId") == app_id]
+    return out
 
 
 def _attempts(spark, spec: PipelineSpec, rec: BatchRecord) -> list:
@@ -219,11 +256,13 @@ def _attempts(spark, spec: PipelineSpec, rec: BatchRecord) -> list:
     ).select("attempt", "run_token").collect()
 
 
-def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, attempts: list) -> None:
-    latest = max((r["attempt"] for r in attempts), default=None)
-    if latest is not None and latest > rec.attempt:
+def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, claimed: list[int]) -> None:
+    """PipelineBusy when one of these claims of `rec`'s batch (idempotent-key versions) is
+    of a later attempt."""
+    latest = max(claimed, default=None)
+    if latest is not None and latest % ATTEMPTS > rec.attempt:
         raise PipelineBusy(
-            f"pipeline {spec.name!r}: another run took over batch {rec.batch} (attempt {latest}) while "
+            f"pipeline {spec.name!r}: another run took over batch {rec.batch} (attempt {latest % ATTEMPTS}) while "
             f"this one (attempt {rec.attempt}) was still going; this run stopped, and what it had "
             "committed is exactly what the other commits"
         )
