@@ -25,11 +25,12 @@ LOCK := requirements.lock
 LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
-# Test workers side by side (pytest-xdist; worksteal: an idle worker takes queued tests from
-# a busy one). 0 runs the tests in this process, one after another: on 2 cores the suite is
-# CPU-bound (4 workers took 52 min where one took 56), so more workers pay only with more
-# cores, e.g. `make test PYTEST_WORKERS=8` on 8.
-PYTEST_WORKERS ?= 0
+# Test workers side by side (pytest-xdist, `--dist load`: the first tests go to the workers in
+# turn, the rest to whichever is free). Two on 2 cores: a test that waits for processes it
+# started (Airflow, a Spark command, a killed run) leaves a core to the other worker's tests.
+# 0 runs the tests in this process, one after another; more workers pay with more cores,
+# e.g. `make test PYTEST_WORKERS=8` on 8.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
 
@@ -56,7 +57,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 
 test: setup
 	@scripts/ensure-chromium.sh
-	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist worksteal $(PYTEST_ARGS) tests/; rc=$$?; \
+	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc
 

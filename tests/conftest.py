@@ -2,8 +2,9 @@
 
 Pure tests (tests/core, tests/conformance) never request `spark`, so they never start a JVM.
 
-`make test` runs everything (`make test PYTEST_WORKERS=N`: on N pytest-xdist workers, each
-a process with its own Spark session; no test may rely on another having run). Tests
+`make test` runs everything on two pytest-xdist workers (`PYTEST_WORKERS=N` for N; 0 runs
+them in this process), each a process with its own Spark session: no test may rely on
+another having run. Tests
 that start processes of their own (Spark or Airflow commands, a standalone cluster, a
 browser, runs killed on purpose) are marked `slow`:
 `.venv/bin/python -m pytest -m "not slow" tests/` is the quick loop while developing, and
@@ -30,15 +31,18 @@ os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark-conf
 os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
-# Test files, or single tests, that start processes of their own (see the module docstring).
+# Test files, or single tests, that start processes of their own (see the module docstring),
+# longest first (seconds on a quiet 2-core machine, serially): under `make test`'s workers
+# (pytest-xdist `--dist load`) the first tests go to the workers in turn, so the long waits
+# for processes are spread over the workers from the start instead of trailing on one.
 SLOW = (
-    "tests/integration/test_dags.py::",
-    "tests/integration/test_dags_dataflow.py::",
-    "tests/integration/test_browser.py::",
-    "tests/integration/test_spark_standalone.py::",
-    "tests/integration/test_microbatch_faults.py::",
-    "tests/integration/test_backfill_live_processes.py::",
-    "tests/integration/test_microbatch_skip.py::test_a_poison_batch",
+    "tests/integration/test_browser.py::",  # ~430 s: Airflow standalone, a backfill from its form
+    "tests/integration/test_dags_dataflow.py::",  # ~400 s over 13 tests: `airflow dags test`
+    "tests/integration/test_backfill_live_processes.py::",  # ~230 s: killed and paused backfills
+    "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
+    "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
+    "tests/integration/test_microbatch_skip.py::test_a_poison_batch",  # ~100 s
+    "tests/integration/test_dags.py::",  # ~60 s
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )
@@ -54,17 +58,21 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the SLOW tests. Order: slow tests, other integration tests, then the pure ones,
-    so that under `make test`'s workers (pytest-xdist) the long waits for processes start
-    first and the many short tests fill in around them instead of trailing them."""
+    """Mark the SLOW tests. Under `make test`'s workers, order them: SLOW tests longest
+    first, then the other integration tests, then the pure ones, so that the long waits for
+    processes start first, one per worker, and the many short tests fill in around them."""
+    def slow(item: pytest.Item) -> int | None:
+        return next((i for i, prefix in enumerate(SLOW) if item.nodeid.startswith(prefix)), None)
+
     for item in items:
-        if item.nodeid.startswith(SLOW):
+        if slow(item) is not None:
             item.add_marker(pytest.mark.slow)
 
-    def part(item: pytest.Item) -> int:
-        if item.nodeid.startswith(SLOW):
-            return 0
-        return 1 if item.nodeid.startswith("tests/integration/") else 2
+    def part(item: pytest.Item) -> tuple[int, int]:
+        rank = slow(item)
+        if rank is not None:
+            return 0, rank
+        return (1 if item.nodeid.startswith("tests/integration/") else 2), 0
 
     if os.environ.get("PYTEST_XDIST_WORKER"):  # one process runs them in the order written
         items.sort(key=part)  # stable: the order within each part is kept
