@@ -16,6 +16,7 @@ from dataflow_core.model.state_codec import STATE_VERSION
 from dataflow_core.model.time import END_OF_TIME
 from dataflow_core.pipelines import StageSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
+from dataflow_core.spark.platform.tables import snapshot_identity, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -42,13 +43,22 @@ def read_states(spark: "SparkSession", stage: StageSpec, version: int) -> "DataF
             f"{STATE_VERSION}); drop the pipeline's live state (`dataflow reset`) and backfill, or run the "
             "version that wrote it"
         )
+    checked = (snapshot_identity(spark, table_path(spark, name))[0], version)
+    if checked in _readable:
+        return states
     unknown = states.where(F.col("state_version") != F.lit(STATE_VERSION)).select("state_version").limit(1).collect()
     if unknown:
         raise DataflowError(
             f"table {name} holds live state of format version {unknown[0]['state_version']}; this build reads "
             f"version {STATE_VERSION} only"
         )
+    _readable.add(checked)
     return states
+
+
+_readable: set[tuple[str, int]] = set()
+"""(Delta table id, version) of state tables found to hold only this build's state version: a
+version's contents never change, so a batch's stages (and the next stage's hold spans) ask once."""
 
 
 def write_state(spark: "SparkSession", stage: StageSpec, out: "DataFrame", batch: int, txn: Txn) -> None:
