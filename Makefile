@@ -25,8 +25,9 @@ LOCK := requirements.lock
 LOCK_HASH := $(shell cat $(LOCK) pyproject.toml 2>/dev/null | sha256sum | cut -c1-12)
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
-# Test workers side by side (pytest-xdist, `--dist load`: the first tests go to the workers in
-# turn, the rest to whichever is free). Two on 2 cores: a test that waits for processes it
+# Test workers side by side (pytest-xdist, `--dist load --maxschedchunk 1`: each worker is
+# handed the next test whenever it is down to two queued, so no worker is left alone with
+# a pre-assigned tail of long tests). Two on 2 cores: a test that waits for processes it
 # started (Airflow, a Spark command, a killed run) leaves a core to the other worker's tests.
 # 0 runs the tests in this process, one after another; more workers pay with more cores,
 # e.g. `make test PYTEST_WORKERS=8` on 8.
@@ -57,7 +58,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 
 test: setup
 	@scripts/ensure-chromium.sh
-	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist load $(PYTEST_ARGS) tests/; rc=$$?; \
+	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc
 

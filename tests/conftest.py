@@ -33,8 +33,9 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", "-XX:TieredStopAtLevel=1 -XX:+
 
 # Test files, or single tests, that start processes of their own (see the module docstring),
 # longest first (seconds on a quiet 2-core machine, serially): under `make test`'s workers
-# (pytest-xdist `--dist load`) the first tests go to the workers in turn, so the long waits
-# for processes are spread over the workers from the start instead of trailing on one.
+# (pytest-xdist `--dist load --maxschedchunk 1`) each worker takes the next test when it is
+# free, so the long waits for processes spread over the workers from the start instead of
+# trailing on one.
 SLOW = (
     "tests/integration/test_browser.py::",  # ~430 s: Airflow standalone, a backfill from its form
     "tests/integration/test_dags_dataflow.py::",  # ~400 s over 13 tests: `airflow dags test`
