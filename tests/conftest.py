@@ -4,8 +4,7 @@ Pure tests (tests/core, tests/conformance) never request `spark`, so they never 
 
 `make test` runs everything on two pytest-xdist workers (`PYTEST_WORKERS=N` for N; 0 runs
 them in this process), each a process with its own Spark session: no test may rely on
-another having run. Tests
-that start processes of their own (Spark or Airflow commands, a standalone cluster, a
+another having run. Tests that start processes of their own (Spark or Airflow commands, a standalone cluster, a
 browser, runs killed on purpose) are marked `slow`:
 `.venv/bin/python -m pytest -m "not slow" tests/` is the quick loop while developing, and
 `-m "not integration"` runs only the pure model tests.
@@ -62,17 +61,14 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the SLOW tests. Under `make test`'s workers, order them: SLOW tests longest
     first, then the other integration tests, then the pure ones, so that the long waits for
     processes start first, one per worker, and the many short tests fill in around them."""
-    def slow(item: pytest.Item) -> int | None:
-        return next((i for i, prefix in enumerate(SLOW) if item.nodeid.startswith(prefix)), None)
-
+    rank = {item.nodeid: next((i for i, p in enumerate(SLOW) if item.nodeid.startswith(p)), None) for item in items}
     for item in items:
-        if slow(item) is not None:
+        if rank[item.nodeid] is not None:
             item.add_marker(pytest.mark.slow)
 
     def part(item: pytest.Item) -> tuple[int, int]:
-        rank = slow(item)
-        if rank is not None:
-            return 0, rank
+        if rank[item.nodeid] is not None:
+            return 0, rank[item.nodeid]
         return (1 if item.nodeid.startswith("tests/integration/") else 2), 0
 
     if os.environ.get("PYTEST_XDIST_WORKER"):  # one process runs them in the order written
