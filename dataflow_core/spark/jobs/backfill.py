@@ -27,7 +27,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import format_instant, parse_duration
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.options import parse_time
-from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import EventRange, elements, read_rows, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
@@ -72,14 +72,15 @@ def run_backfill(
     hold = hold_for_backfill(spark, spec, run.run_id)  # PipelineBusy while a micro-batch holds it
     if hold is not None:
         say(f"holding pipeline {spec.name} (live batch {hold.batch}): micro-batches wait until this run finishes")
+    planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
     if replay:
         ledger = replay_range(spark, spec, span, interval, run, say)  # type: ignore[arg-type]
     else:
-        ledger = _batch(spark, spec, span, run, fast, say, None if hold is None else hold.watermarks)
+        ledger = _batch(spark, spec, span, run, fast, say, None if hold is None else hold.watermarks, planned)
     if hold is not None:
         release_backfill(spark, spec, hold, ledger)
     result = finish_run(spark, run, ledger)
-    for stage in spec.stages:  # a finished run is never resumed: its plans have served
+    for stage in planned:  # a finished run is never resumed: its plans have served
         forget_plans(spark, stage, [run.run_id])
     return result
 
@@ -97,9 +98,11 @@ def _interval(text: str) -> int:
 # --- batch --------------------------------------------------------------------------
 
 
-def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None) -> Ledger:
+def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None,
+           planned: list[StageSpec]) -> Ledger:
     """Every window of the range recomputed and corrected, stage by stage; `live` holds the
-    stages' live watermarks when micro-batches run the pipeline."""
+    stages' live watermarks when micro-batches run the pipeline. The stages that got a plan
+    of corrections are added to `planned`."""
     from pyspark.sql import functions as F
 
     first = spec.stages[0]
@@ -134,7 +137,8 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     ledger.duplicates = ledger.read - ledger.quarantined - unique
     ledger.aggregated = unique  # a perfect watermark leaves nothing late
     say(f"{unique:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
-    correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live)
+    if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live):
+        planned.append(first)
     finals.unpersist()
     els.unpersist()
     for up, stage in zip(spec.stages, spec.stages[1:]):
@@ -143,7 +147,8 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
             continue
         mapped = elements_from_panes(standing_panes(current, up), up, stage).persist()
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
-        correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None, live_watermarks=live)
+        if correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None, live_watermarks=live):
+            planned.append(stage)
         mapped.unpersist()
     return ledger
 

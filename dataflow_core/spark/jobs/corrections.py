@@ -29,7 +29,7 @@ from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.corrections_plan import read_plan, write_plan
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
-from dataflow_core.spark.sinks.panes import write_panes
+from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
 from dataflow_core.spark.sinks.runs import Ledger, Run
 from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
@@ -42,14 +42,15 @@ def correct_stage(
     spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
     run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
     live_watermarks: dict[str, Instant] | None,
-) -> None:
+) -> bool:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
-    windows starting in `owned` (all windows when None); `elements` is the stage's input."""
+    windows starting in `owned` (all windows when None); `elements` is the stage's input.
+    True when the run has a plan of corrections for the stage (to forget once it finished)."""
     from pyspark.sql import functions as F
 
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
-    out = read_plan(spark, stage, run.run_id)
+    out = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     if out is None:
         states = read_states(spark, stage, table_version(spark, state_table(stage))) if live else None
         planned = run_corrections(
@@ -62,7 +63,7 @@ def correct_stage(
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
     crash_point(f"{stage.output}-planned")
     if out is None:  # nothing changed
-        counts, corrected, written = {"panes": 0, "retractions": 0}, 0, 0
+        counts, corrected = {"panes": 0, "retractions": 0}, 0
     else:
         counts = out.agg(
             F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
@@ -70,7 +71,10 @@ def correct_stage(
             F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
         ).first()
         corrected = int(counts["fixed"])
-        written = write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id)
+        # Appended under the run's idempotent key, as the state is: a resumed run applies the
+        # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
+        write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id,
+                    txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-panes")
         if stage.keeps_results:
             write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True)
@@ -86,8 +90,9 @@ def correct_stage(
     ledger.panes += outcome["panes"]
     ledger.retractions += outcome["retractions"]
     ledger.corrected_windows += corrected
-    say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions "
-        f"({written:,} new in {stage.output}_panes), {corrected:,} windows corrected")
+    say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions, "
+        f"{corrected:,} windows corrected")
+    return out is not None
 
 
 def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned: EventRange | None) -> "DataFrame":

@@ -466,7 +466,8 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     els = candidates.where(F.col("_seen").isNull()).drop("_seen")
     ledger.accepted = int(stats["new"])
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
-    remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), old_wm if rec.batch % 100 == 0 else None)
+    remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), old_wm if rec.batch % 100 == 0 else None,
+                 unseen=True)
     tagged.unpersist()
     crash_point("deduplicated")
     return els, arrived, candidates

@@ -1,8 +1,9 @@
 """`<output>_panes`, a stage's pane log: every pane and retraction, append-only.
 
 Each pane has a deterministic `pane_id` (stage, key, window, index, retraction, emission
-time). A micro-batch appends under its idempotent key (a retry appends nothing twice); a
-backfill, which may be re-run with the same panes, inserts only the ids not already there.
+time). A micro-batch, and a batch backfill's corrections, append under their idempotent key
+(a retry or a resumed run appends nothing twice); an arrival-order replay, which may be
+re-run with the same panes, inserts only the ids not already there.
 Runner DataFrames carry the pane codec's fields (`pane_codec.PANE_FIELDS`, times in ms);
 the table stores timestamps.
 """

@@ -143,21 +143,13 @@ def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None) ->
 def record_watermarks(
     spark: "SparkSession", run: Run, stage: str, steps: list[tuple[int, Instant, Instant]]
 ) -> None:
-    """(step, processing time, watermark) per step; the ends of time are stored as null."""
-    from delta.tables import DeltaTable
+    """(step, processing time, watermark) per step; the ends of time are stored as null.
+    Appended once per run and stage (a resumed run's commit is skipped under the key)."""
+    from dataflow_core.spark.platform.delta import append_rows
 
     def ts(ms: Instant) -> dt.datetime | None:
         return None if abs(ms) >= END_OF_TIME - 1 else _to_ts(ms)
 
     rows = [(run.pipeline, stage, run.run_id, n, ts(t), ts(w)) for n, t, w in steps]
-    df = spark.createDataFrame(rows, WATERMARKS_SCHEMA)
-    path = table_path(spark, WATERMARKS_TABLE)
-    if not table_exists(spark, WATERMARKS_TABLE):
-        df.limit(0).write.format("delta").save(path)
-    (
-        DeltaTable.forPath(spark, path).alias("t")
-        .merge(df.alias("s"), "t.pipeline = s.pipeline AND t.stage = s.stage AND t.run_id = s.run_id AND t.step = s.step")
-        .whenNotMatchedInsertAll()
-        .execute()
-    )
-    register_table(spark, WATERMARKS_TABLE)
+    append_rows(spark, WATERMARKS_TABLE, spark.createDataFrame(rows, WATERMARKS_SCHEMA),
+                (f"dataflow:{run.pipeline}:{WATERMARKS_TABLE}:{run.run_id}:{stage}", 0))

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dataflow_core.model.time import END_OF_TIME, Instant, parse_duration
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.platform.delta import Txn, merge_rows
+from dataflow_core.spark.platform.delta import Txn, append_rows, merge_rows
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import records
 
@@ -40,14 +40,21 @@ def horizon(spec: PipelineSpec, watermark: Instant) -> Instant | None:
 
 def remember_ids(
     spark, spec: PipelineSpec, els: "DataFrame", batch: int, txn: Txn, watermark: Instant | None = None,
+    unseen: bool = False,
 ) -> None:
     """Event ids of `els` join the seen set. With `watermark`, ids beyond the `horizon` are
-    forgotten (a delivery that late would be dropped as too late anyway)."""
+    forgotten (a delivery that late would be dropped as too late anyway). `unseen`: the
+    caller knows none of the ids is in the set (a micro-batch's, checked against the version
+    it reads, which nothing else writes while it holds the pipeline), so they are appended
+    rather than merged on the id."""
     from pyspark.sql import functions as F
 
-    rows = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
     name = seen_table(spec)
     before = None if watermark is None else horizon(spec, watermark)
+    if unseen and before is None:
+        append_rows(spark, name, els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch")), txn)
+        return
+    rows = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
     if before is not None and table_exists(spark, name):
         expired = read_table(spark, name).where(F.col("event_ms") < F.lit(before)).select(
             "event_id", "event_ms", "batch", F.lit(True).alias("_delete"))
