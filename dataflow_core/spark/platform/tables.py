@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.spark.platform.session import warehouse_root
@@ -18,6 +18,18 @@ if TYPE_CHECKING:
 
 _TABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _WRITE_MODES = ("overwrite", "append", "error", "errorifexists", "ignore")
+_classes: dict[str, tuple[object, Any]] = {}  # full name -> (the JVM view it came from, the class)
+
+
+def jvm_class(spark: "SparkSession", name: str) -> Any:
+    """The JVM class `name` (a full name), looked up once per JVM: py4j resolves
+    `spark._jvm.a.b.C` one package at a time, and each package is a failed class lookup
+    through every jar on the classpath (hundreds with Spark and Delta)."""
+    jvm = spark._jvm
+    held = _classes.get(name)
+    if held is None or held[0] is not jvm:
+        held = _classes[name] = (jvm, getattr(jvm, name))
+    return held[1]
 
 
 @dataclass(frozen=True)
@@ -47,9 +59,8 @@ def table_path(spark: "SparkSession", name: str) -> str:
 
 def table_exists(spark: "SparkSession", name: str) -> bool:
     """True if `<warehouse>/<name>` holds a Delta table."""
-    from delta.tables import DeltaTable
-
-    return bool(DeltaTable.isDeltaTable(spark, table_path(spark, name)))
+    delta_table = jvm_class(spark, "io.delta.tables.DeltaTable")
+    return bool(delta_table.isDeltaTable(spark._jsparkSession, table_path(spark, name)))
 
 
 def list_tables(spark: "SparkSession") -> list[str]:
@@ -57,15 +68,15 @@ def list_tables(spark: "SparkSession") -> list[str]:
 
     Uses Hadoop's FileSystem, so it works the same for local paths and `s3a://`.
     """
-    jvm = spark.sparkContext._jvm
-    root = jvm.org.apache.hadoop.fs.Path(warehouse_root(spark))
+    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
+    root = path_of(warehouse_root(spark))
     fs = root.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     if not fs.exists(root):
         return []
     names = []
     for status in fs.listStatus(root):
         folder = status.getPath()
-        if status.isDirectory() and fs.exists(jvm.org.apache.hadoop.fs.Path(folder, "_delta_log")):
+        if status.isDirectory() and fs.exists(path_of(folder, "_delta_log")):
             if _TABLE_NAME.fullmatch(folder.getName()):
                 names.append(folder.getName())
     return sorted(names)
@@ -99,8 +110,7 @@ def register_table(spark: "SparkSession", name: str) -> None:
 def drop_path(spark: "SparkSession", path: str) -> bool:
     """Delete a folder of the warehouse (a table or a stream checkpoint) with Hadoop's
     FileSystem (local paths and object stores alike); True if there was one."""
-    jvm = spark.sparkContext._jvm
-    folder = jvm.org.apache.hadoop.fs.Path(path)
+    folder = jvm_class(spark, "org.apache.hadoop.fs.Path")(path)
     fs = folder.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     return bool(fs.exists(folder) and fs.delete(folder, True))
 
@@ -215,7 +225,7 @@ def _check_unique_keys(df: "DataFrame", name: str, keys: Sequence[str]) -> None:
 def snapshot_version(spark: "SparkSession", path: str) -> int:
     """The latest version of the Delta table at `path`, from its log's fresh snapshot: a
     listing of `_delta_log`, no Spark job (`history()` costs a query)."""
-    none = spark._jvm.scala.Option.empty()
+    none = jvm_class(spark, "scala.Option").empty()
     return int(_delta_log(spark, path).update(False, none, none).version())
 
 
@@ -223,7 +233,7 @@ def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
     """(table id, latest version) of the Delta table at `path`, as `snapshot_version` reads
     it. A version names the same contents only within one life of a table: one deleted and
     created again at the same path gets a new id."""
-    none = spark._jvm.scala.Option.empty()
+    none = jvm_class(spark, "scala.Option").empty()
     snapshot = _delta_log(spark, path).update(False, none, none)
     return str(snapshot.metadata().id()), int(snapshot.version())
 
@@ -240,19 +250,18 @@ def commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict]
     `add`, ...)."""
     import json
 
-    jvm = spark._jvm
-    file = jvm.org.apache.hadoop.fs.Path(_delta_log(spark, path).logPath(), f"{version:020d}.json")
+    file = jvm_class(spark, "org.apache.hadoop.fs.Path")(_delta_log(spark, path).logPath(), f"{version:020d}.json")
     fs = file.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
     stream = fs.open(file)
     try:
-        text = jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8")
+        text = jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
     finally:
         stream.close()
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _delta_log(spark: "SparkSession", path: str):
-    return spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, path)
+    return jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
 
 
 def _last_commit(spark: "SparkSession", name: str) -> WriteResult:
