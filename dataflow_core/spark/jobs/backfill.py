@@ -80,7 +80,9 @@ def run_backfill(
     if hold is not None:
         release_backfill(spark, spec, hold, ledger)
     result = finish_run(spark, run, ledger)
-    for stage in planned:  # a finished run is never resumed: its plans have served
+    if planned:  # a finished run is never resumed: its plans have served
+        say(f"run {run.run_id} finished; dropping its plans of corrections")
+    for stage in planned:
         forget_plans(spark, stage, [run.run_id])
     return result
 
