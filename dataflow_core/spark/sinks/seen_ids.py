@@ -51,10 +51,11 @@ def remember_ids(
 
     name = seen_table(spec)
     before = None if watermark is None else horizon(spec, watermark)
+    ids = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"))
     if unseen and before is None:
-        append_rows(spark, name, els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch")), txn)
+        append_rows(spark, name, ids, txn)
         return
-    rows = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"), F.lit(False).alias("_delete"))
+    rows = ids.withColumn("_delete", F.lit(False))
     if before is not None and table_exists(spark, name):
         expired = read_table(spark, name).where(F.col("event_ms") < F.lit(before)).select(
             "event_id", "event_ms", "batch", F.lit(True).alias("_delete"))
