@@ -3,6 +3,7 @@
 #                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
 #   make test   - setup, then the whole pytest suite (tests/); installs Debian's chromium for
 #                 the browser test if it is missing and apt-get can (scripts/ensure-chromium.sh)
+#                 and builds the suite's JVM class archive if it is missing (tests/jvm_archive.py)
 #   make demo   - setup, then the product's story on sample data (python -m jobs.demo)
 #   make bench  - setup, then every benchmarks/bench_*.py
 #   make airflow       - Airflow standalone in the background (UI on :8080, project's DAGs, SQLite
@@ -66,6 +67,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 
 test: setup
 	@scripts/ensure-chromium.sh
+	@$(PY) -m tests.jvm_archive
 	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist load --maxschedchunk 1 $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc

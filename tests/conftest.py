@@ -18,19 +18,19 @@ from typing import TYPE_CHECKING, Iterator
 
 import pytest
 
+from tests import jvm_archive
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _shared: dict[str, object] = {}  # the running test session and its warehouse, once started
 
-# Spark tuned for tiny data (tests/spark-conf/spark-defaults.conf) and the driver's JVM on the
-# quick JIT only: in this process and in every process a test starts, which inherit the
-# environment. A developer's own settings win. The quick JIT alone gets a 48 MB code cache,
-# which Spark and Delta's many query shapes fill: the JVM then spends its time evicting and
-# recompiling (about 10% of a test session's CPU), hence the larger cache that is never flushed.
-JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m -XX:-UseCodeCacheFlushing"
-os.environ.setdefault("SPARK_CONF_DIR", str(Path(__file__).with_name("spark-conf")))
-os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", JAVA_OPTS)
+# Spark tuned for tiny data (tests/spark-conf/spark-defaults.conf), the driver's JVM on the
+# quick JIT and on the suite's class archive when `make test` built one (tests/jvm_archive.py
+# says why and how): in this process and in every process a test starts, which inherit the
+# environment. A developer's own settings win.
+os.environ.setdefault("PYSPARK_SUBMIT_ARGS", jvm_archive.SUBMIT_ARGS)
+os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 
 
 # Test files, or single tests, that start processes of their own (see the module docstring),

@@ -66,6 +66,8 @@ def airflow_ui(tmp_path_factory):
         AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL="600",
         DATAFLOW_WAREHOUSE=str(home / "warehouse"),
         DATAFLOW_SPARK_MASTER="local[2]",
+        # The suite's JVM flags and class archive (tests/jvm_archive.py) for the tasks' JVMs.
+        DATAFLOW_SPARK_JAVA_OPTS=os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", ""),
         DATAFLOW_SAMPLE_ROWS="3000",
         PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
     )

@@ -24,6 +24,8 @@ from typing import Iterator
 
 import pytest
 
+from tests.jvm_archive import SPARK_DEFAULTS
+
 pytestmark = pytest.mark.integration
 
 SPARK_CLASS = Path(sys.executable).with_name("spark-class")
@@ -134,12 +136,12 @@ def _job_env(tmp_path: Path) -> dict[str, str]:
     (tests/spark-conf)."""
     conf_dir = tmp_path / "spark-conf"
     conf_dir.mkdir()
-    suite = Path(os.environ["SPARK_CONF_DIR"]) / "spark-defaults.conf"
-    (conf_dir / "spark-defaults.conf").write_text(
-        (suite.read_text() if suite.exists() else "") + "spark.sql.shuffle.partitions  4\n")
+    (conf_dir / "spark-defaults.conf").write_text(SPARK_DEFAULTS.read_text() + "spark.sql.shuffle.partitions  4\n")
     env = {**os.environ, "SPARK_LOCAL_IP": "127.0.0.1", "PYSPARK_PYTHON": sys.executable,
            "SPARK_CONF_DIR": str(conf_dir)}
-    for name in ("DATAFLOW_WAREHOUSE", "DATAFLOW_SPARK_MASTER", "DATAFLOW_PIPELINES"):
+    # The suite hands its defaults to drivers with --properties-file, which would win over
+    # the folder's spark-defaults.conf.
+    for name in ("DATAFLOW_WAREHOUSE", "DATAFLOW_SPARK_MASTER", "DATAFLOW_PIPELINES", "PYSPARK_SUBMIT_ARGS"):
         env.pop(name, None)
     return env
 
