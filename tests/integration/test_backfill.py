@@ -25,7 +25,7 @@ from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions
 from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 from dataflow_core.runners.reference import ReferencePipelineRunner
 from dataflow_core.spark.jobs.backfill import run_backfill
-from dataflow_core.spark.platform.tables import read_table
+from dataflow_core.spark.platform.tables import read_table, table_path
 
 DAY0 = int(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 M = 60_000
@@ -234,12 +234,13 @@ def test_batch_results_equal_reference_final_panes(spark, fast):
             start = None if r["window_start"] is None else int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
             got[(tuple(r[k] for k in stage.key_columns), start)] = int(r["value"])
         assert got == want, (stage.output, got, want, drawn)
+        # Results are clustered on window_end, so later MERGEs of recent windows skip old files.
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path(spark, stage.output)}`").first()
+        assert detail["clusteringColumns"] == ["window_end"], stage.output
 
 
 def _versions(spark, tables: list[str]) -> dict[str, int]:
     from delta.tables import DeltaTable
-
-    from dataflow_core.spark.platform.tables import table_path
 
     return {t: DeltaTable.forPath(spark, table_path(spark, t)).history(1).collect()[0]["version"] for t in tables}
 

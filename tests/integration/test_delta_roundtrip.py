@@ -120,3 +120,24 @@ def test_merge_with_duplicate_source_keys_gives_one_clear_error(spark):
     with pytest.raises(DataflowError, match="same key"):
         merge_upsert(spark, dupes, "plays_dupes", keys=["user_id"])
     assert _rows(read_table(spark, "plays_dupes")) == [(1, "a", 1.0)]
+
+
+def test_merge_rows_creates_a_clustered_table_by_one_append_then_merges_under_the_key(spark):
+    """A missing clustered table: created empty with its clustering (Delta ignores the
+    clustering of a plain write to a path), the rows appended; later batches MERGE; a
+    retried batch (same idempotent key) changes nothing."""
+    from dataflow_core.spark.platform.delta import merge_rows
+
+    rows = spark.sql("SELECT id AS k, timestamp_millis(id * 1000) AS window_end, id AS v, id % 3 = 0 AS _delete "
+                     "FROM range(6)")
+    assert merge_rows(spark, "clustered_rows", rows, ["k"], True, True, ("t", 0), cluster_by=("window_end",)) == 4
+    path = table_path(spark, "clustered_rows")
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    assert detail["clusteringColumns"] == ["window_end"]
+    assert [h["operation"] for h in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()] == [
+        "CREATE TABLE", "WRITE"]
+    change = spark.sql("SELECT id AS k, timestamp_millis(id * 1000) AS window_end, id * 10 AS v, id = 1 AS _delete "
+                       "FROM range(1, 8)")
+    assert merge_rows(spark, "clustered_rows", change, ["k"], True, True, ("t", 1), cluster_by=("window_end",)) == 7
+    assert merge_rows(spark, "clustered_rows", change, ["k"], True, True, ("t", 1), cluster_by=("window_end",)) == 0
+    assert _rows(read_table(spark, "clustered_rows").select("k", "v")) == [(k, 10 * k) for k in range(2, 8)]

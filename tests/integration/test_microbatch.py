@@ -5,11 +5,9 @@ same run leaves the tables of an uninterrupted run; duplicates count once across
 from __future__ import annotations
 
 import itertools
-import shutil
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -101,44 +99,37 @@ POINTS = ["started", "quarantined", "deduplicated", "t_crash_s-panes", "t_crash_
           "t_crash_short-panes", "before-finish"]
 
 
-@pytest.fixture(scope="module")
-def crashes(spark, tmp_path_factory):
-    """The input of three batches' arrivals (and a row to quarantine) as one micro-batch, and
-    the tables an uninterrupted run leaves."""
-    base = tmp_path_factory.mktemp("crashes")
+def test_a_micro_batch_stopped_after_each_commit_point_in_turn_then_run_again_leaves_the_uninterrupted_tables(
+    spark, crash, tmp_path,
+):
+    """The input of three batches' arrivals (and a row to quarantine) as one micro-batch.
+    The run stops dead right after each commit point in turn (`crash`, conftest.py), each
+    attempt resuming what the one before left; the same command then runs to the end, and
+    must leave the tables an uninterrupted run leaves. Real process deaths:
+    test_microbatch_faults.py."""
     sessions_pipeline("t_crash", "t_crash_in")
     batches = batches_of(to_rows(VIEWS))[:3]
     now = format_instant(batches[-1][0])
-    template = base / "input"
-    with in_warehouse(spark, template):
-        bad = ("e_bad", "u1", "ad1", "not a number", DAY0 + 100_000, DAY0 + 105_000)
-        write_input(spark, "t_crash_in", [r for _, b in batches for r in b] + [bad])
-    clean = base / "clean"
-    shutil.copytree(template, clean)
+    bad = ("e_bad", "u1", "ad1", "not a number", DAY0 + 100_000, DAY0 + 105_000)
+    clean, warehouse = tmp_path / "clean", tmp_path / "crashed"
+    for root in (clean, warehouse):
+        with in_warehouse(spark, root):
+            write_input(spark, "t_crash_in", [r for _, b in batches for r in b] + [bad])
     with in_warehouse(spark, clean):
         assert run_microbatch(spark, "t_crash", now=now).ledger_ok
-    return SimpleNamespace(now=now, template=template, clean=crash_tables(spark, clean))
-
-
-@pytest.mark.parametrize("point", POINTS)
-def test_a_crash_at_a_commit_point_then_the_same_command_leaves_the_uninterrupted_tables(
-    spark, crashes, crash, tmp_path, point,
-):
-    """The run stops dead right after the commit point (`crash`, conftest.py); the same
-    micro-batch then runs again over what it left, and must leave the uninterrupted run's
-    tables. Real process deaths: test_microbatch_faults.py."""
-    warehouse = tmp_path / "warehouse"
-    shutil.copytree(crashes.template, warehouse)
     with in_warehouse(spark, warehouse):
-        crash(point)
-        with pytest.raises(SimulatedCrash, match=point):
-            run_microbatch(spark, "t_crash", now=crashes.now)
+        for point in POINTS:
+            crash(point)
+            with pytest.raises(SimulatedCrash, match=point):
+                run_microbatch(spark, "t_crash", now=now)
         crash(None)
-        again = run_microbatch(spark, "t_crash", now=crashes.now)
+        again = run_microbatch(spark, "t_crash", now=now)
+        attempts = read_table(spark, "dataflow_batches").where("pipeline = 't_crash' AND status = 'started'")
+        assert sorted(r["attempt"] for r in attempts.collect()) == list(range(len(POINTS) + 1))
     assert again.ledger_ok, again.ledger
-    got = crash_tables(spark, warehouse)
+    got, want = crash_tables(spark, warehouse), crash_tables(spark, clean)
     for table in CRASH_TABLES:
-        assert got[table] == crashes.clean[table], table
+        assert got[table] == want[table], table
 
 
 def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_corrected_state(spark):

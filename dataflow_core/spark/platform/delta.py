@@ -74,8 +74,8 @@ def merge_rows(
     update_set: dict[str, str] | None = None,
 ) -> int:
     """MERGE `rows` into table `name` on `keys` (null-safe). A missing table is created by
-    a plain write of the rows (`_created_with`), or, to have Delta's liquid clustering on
-    `cluster_by`, created empty and merged into. Rows with `_delete` delete
+    a plain write of the rows (`_created_with`), with Delta's liquid clustering on
+    `cluster_by` when given. Rows with `_delete` delete
     their match (when `delete`); others update it (when `update`; `update_set` overrides
     the value of some columns with SQL over target `t` and source `s`) or are inserted.
     `target_filter` is a condition on `t` that every match meets, so Delta skips files.
@@ -83,17 +83,9 @@ def merge_rows(
     from delta.tables import DeltaTable
 
     if not table_exists(spark, name):
-        created = None if cluster_by else _created_with(spark, name, rows, txn)
+        created = _created_with(spark, name, rows, txn, cluster_by)
         if created is not None:
             return created
-    if not table_exists(spark, name):  # to be clustered, or another run made it just now
-        empty = rows.drop("_delete").limit(0)
-        if cluster_by:
-            (DeltaTable.createIfNotExists(spark).location(table_path(spark, name))
-             .addColumns(empty.schema).clusterBy(*cluster_by).execute())
-        else:
-            empty.write.format("delta").save(table_path(spark, name))
-        register_table(spark, name)
     path = table_path(spark, name)
     target = DeltaTable.forPath(spark, path)
     version = snapshot_version(spark, path)
@@ -118,25 +110,33 @@ def merge_rows(
     return sum(int(metrics.get(k, 0)) for k in ("numTargetRowsInserted", "numTargetRowsUpdated", "numTargetRowsDeleted"))
 
 
-def _created_with(spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None) -> int | None:
+def _created_with(
+    spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None, cluster_by: Sequence[str] = (),
+) -> int | None:
     """A missing table made by one plain write of what a MERGE into nothing would insert
-    (every row not marked `_delete`), so its first rows cost no join and no second pass.
-    Returns the rows written; None when another run created the table first (the caller
-    then merges)."""
+    (every row not marked `_delete`), so its first rows cost no join and no second pass;
+    clustered on `cluster_by` (Delta's liquid clustering) when given. Returns the rows
+    written; None when another run created the table first (the caller then merges)."""
     from pyspark.sql import functions as F
+
+    from delta.tables import DeltaTable
 
     if "_delete" in rows.columns:
         rows = rows.where(~F.col("_delete")).drop("_delete")
-    writer = rows.write.format("delta").mode("errorifexists")
+    path = table_path(spark, name)
+    # Delta ignores the clustering of a plain write to a path: a clustered table is created
+    # empty (version 0), and the rows appended (version 1).
+    writer = rows.write.format("delta").mode("append" if cluster_by else "errorifexists")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-    path = table_path(spark, name)
     try:
+        if cluster_by:
+            DeltaTable.create(spark).location(path).addColumns(rows.schema).clusterBy(*cluster_by).execute()
         writer.save(path)
     except Exception:
         if not table_exists(spark, name):
             raise
         return None
     register_table(spark, name)
-    metrics = commit_info(spark, path, 0).get("operationMetrics") or {}
+    metrics = commit_info(spark, path, 1 if cluster_by else 0).get("operationMetrics") or {}
     return int(metrics.get("numOutputRows", 0))

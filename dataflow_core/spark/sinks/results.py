@@ -21,6 +21,12 @@ from dataflow_core.spark.sinks.panes import pane_rows
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+CLUSTER_COLUMNS = ("window_end",)
+"""A results table is clustered on `window_end` (Delta's liquid clustering, kept up by
+OPTIMIZE): a later run's MERGE touches recent windows only (`window_end_from`), and with the
+files laid out by window end, Delta skips the files of older windows instead of rewriting
+files that mix every hour of the table's history."""
+
 RESULT_COLUMNS = (
     "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
     "updated_at", "pane_id", "run_id",
@@ -78,7 +84,7 @@ def write_results(
     keys = [*stage.key_columns, "window_start", "window_end"]
     prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
     return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn,
-                      target_filter=prune, update_set=update_set)
+                      target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS)
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
