@@ -35,7 +35,7 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 
 # Test files, or single tests, that start processes of their own (see the module docstring),
 # longest first (seconds on a quiet 2-core machine, serially): under `make test`'s workers
-# (pytest-xdist `--dist load --maxschedchunk 1`) each worker takes the next test when it is
+# (pytest-xdist `--dist loadgroup --no-loadscope-reorder`) each worker takes the next test when it is
 # free, so the long waits for processes spread over the workers from the start instead of
 # trailing on one.
 SLOW = (

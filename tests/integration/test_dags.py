@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.integration
+# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("dags")]
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = ROOT / "dags"

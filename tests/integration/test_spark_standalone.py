@@ -26,7 +26,8 @@ import pytest
 
 from tests.jvm_archive import SPARK_DEFAULTS
 
-pytestmark = pytest.mark.integration
+# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark_standalone")]
 
 SPARK_CLASS = Path(sys.executable).with_name("spark-class")
 START_TIMEOUT_S = 120
