@@ -28,11 +28,12 @@ INSTALL_RECIPE := 2
 LOCK_HASH := $(shell { cat $(LOCK) pyproject.toml; echo $(INSTALL_RECIPE); } 2>/dev/null | sha256sum | cut -c1-12)
 DEPS_STAMP := $(VENV)/.deps-$(LOCK_HASH)
 PYTEST_ARGS ?=
-# Test workers side by side (pytest-xdist, `--dist loadgroup --no-loadscope-reorder`: each
-# worker is handed the next test, in the order tests/conftest.py gives, whenever it is down
-# to two queued, so no worker is left alone with a pre-assigned tail of long tests; a module
-# marked `xdist_group` goes to one worker whole, so its module-scoped setup, an Airflow home,
-# a Spark cluster or a sample warehouse, is made once, not once per worker). Two on 2 cores: a test that waits for processes it
+# Test workers side by side (pytest-xdist with tests/conftest.py's scheduler and
+# `--no-loadscope-reorder`: each worker is handed the next test, in the order conftest.py
+# gives, whenever it is down to two queued, so no worker is left alone with a pre-assigned
+# tail of long tests; a module in conftest.py's ONE_WORKER goes to one worker whole, so its
+# module-scoped setup, an Airflow home, a Spark cluster or a sample warehouse, is made once,
+# not once per worker). Two on 2 cores: a test that waits for processes it
 # started (Airflow, a Spark command, a killed run) leaves a core to the other worker's tests.
 # 0 runs the tests in this process, one after another; more workers pay with more cores,
 # e.g. `make test PYTEST_WORKERS=8` on 8.
@@ -70,7 +71,7 @@ $(VENV)/.ready: $(DEPS_STAMP)
 test: setup
 	@scripts/ensure-chromium.sh
 	@$(PY) -m tests.jvm_archive
-	@$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS) tests/; rc=$$?; \
+	@$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	exit $$rc
 

@@ -35,7 +35,7 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 
 # Test files, or single tests, that start processes of their own (see the module docstring),
 # longest first (seconds on a quiet 2-core machine, serially): under `make test`'s workers
-# (pytest-xdist `--dist loadgroup --no-loadscope-reorder`) each worker takes the next test when it is
+# (`pytest_xdist_make_scheduler` below) each worker takes the next test when it is
 # free, so the long waits for processes spread over the workers from the start instead of
 # trailing on one.
 SLOW = (
@@ -49,6 +49,29 @@ SLOW = (
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )
+
+
+# Modules whose module-scoped setup (an Airflow home or Airflow standalone, a standalone
+# Spark cluster, a sample warehouse) is worth making once: under `make test`'s workers all
+# their tests go to one worker.
+ONE_WORKER = tuple(f"tests/integration/test_{name}.py" for name in (
+    "browser", "cli_sql", "dags", "dags_dataflow", "spark_standalone", "expectations",
+))
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """pytest-xdist's scope scheduling, a scope being one test, or a whole ONE_WORKER module;
+    with `--no-loadscope-reorder` scopes go out in collection order (see
+    `pytest_collection_modifyitems`). (xdist's own `--dist loadgroup` marks no test under
+    pytest 9, whose node ids it can no longer rename.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneWorkerModules(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return OneWorkerModules(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:

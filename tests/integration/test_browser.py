@@ -30,8 +30,7 @@ from pathlib import Path
 
 import pytest
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("browser")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = os.environ.get("DATAFLOW_CHROMIUM", "/usr/bin/chromium")

@@ -14,8 +14,7 @@ import pytest
 from dataflow_core.cli import main
 from dataflow_core.cli.sql import format_table
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("cli_sql")]
+pytestmark = pytest.mark.integration
 
 DATAFLOW = Path(sys.executable).with_name("dataflow")
 

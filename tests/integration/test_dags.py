@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("dags")]
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 DAGS_FOLDER = ROOT / "dags"

@@ -19,8 +19,7 @@ from test_dags import (  # same folder: pytest puts it on sys.path
     AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run, dagbag_probe,
 )
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("dags_dataflow")]
+pytestmark = pytest.mark.integration
 
 SAMPLE_ROWS = 3000
 

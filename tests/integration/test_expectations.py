@@ -13,8 +13,7 @@ from dataflow_core.quality.rules import rules_from_document
 from dataflow_core.sample import COLUMNS, SampleConfig, generate_events
 from dataflow_core.spark.platform.tables import read_table, write_table
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("expectations")]
+pytestmark = pytest.mark.integration
 
 # Which rule each generated defect must break (and no other).
 RULE_FOR_DEFECT = {

@@ -26,8 +26,7 @@ import pytest
 
 from tests.jvm_archive import SPARK_DEFAULTS
 
-# One worker runs this module (make test's --dist loadgroup), so its module-scoped setup runs once.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("spark_standalone")]
+pytestmark = pytest.mark.integration
 
 SPARK_CLASS = Path(sys.executable).with_name("spark-class")
 START_TIMEOUT_S = 120
