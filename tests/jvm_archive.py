@@ -57,7 +57,9 @@ def key() -> str:
 
 
 def java_options() -> str:
-    """The drivers' flags: JAVA_OPTS, plus the archive when one was built for this key."""
+    """The drivers' flags: JAVA_OPTS, plus the archive when one was built. Its key is not
+    recomputed here (that would start `java` in every test process): a JVM checks the jars
+    of the archive's class path itself and runs without an archive they no longer match."""
     if ARCHIVE.exists() and KEY_FILE.exists():
         return f"{JAVA_OPTS} {USE_ARCHIVE}"
     return JAVA_OPTS
