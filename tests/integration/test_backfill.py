@@ -106,13 +106,48 @@ def reference_replay(spec: PipelineSpec, rows: list[tuple], interval: int) -> Re
     return runner
 
 
+def ms(x: dt.datetime | None) -> int | None:
+    """A timestamp read back from a table (naive, in the session's UTC) as epoch ms."""
+    return None if x is None else int(x.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+
+ROW_FIELDS = {"event_id": 0, "user_id": 1, "ad_id": 2}
+"""Where a key column's value sits in a test row (event_id, user_id, ad_id, v, event ms, ingest ms)."""
+
+
+def reference_results(spec: PipelineSpec, rows: list[tuple]) -> dict[str, Counter]:
+    """What a batch backfill's results tables must hold for `rows`, by the reference runner:
+    every distinct event at once under a perfect watermark, each window's last pane (a
+    window whose last pane is a retraction, such as a session merged into another, holds
+    nothing). Per stage: Counter of (key columns..., window start ms, window end ms, value),
+    the bounds None for the global window."""
+    model = Pipeline.of(*(Stage(s.output, s.strategy, s.from_upstream) for s in spec.stages))
+    ref = ReferencePipelineRunner(model, BEGINNING_OF_TIME)
+    ref.advance_processing_time(DAY0 + 10**9)
+    cols = spec.stages[0].key_columns
+    key_of = (lambda r: r[ROW_FIELDS[cols[0]]]) if len(cols) == 1 else (lambda r: tuple(r[ROW_FIELDS[c]] for c in cols))
+    ref.add([(key_of(r), int(r[3]), r[4]) for r in {r[0]: r for r in rows}.values()])
+    ref.advance_watermark(END_OF_TIME)
+    out = {}
+    for n, stage in enumerate(spec.stages):
+        final: dict[tuple, int | None] = {}
+        for p in ref.outputs[n]:
+            key = p.key if isinstance(p.key, tuple) else (p.key,)
+            bounds = (None, None) if p.window.end >= END_OF_TIME else (p.window.start, p.window.end)
+            final[(*key, *bounds)] = None if p.retraction else int(p.value)
+        out[stage.output] = Counter((*w, v) for w, v in final.items() if v is not None)
+    return out
+
+
+def results_of(spark, stage: StageSpec) -> Counter:
+    """A results table in `reference_results`' terms."""
+    return Counter((*(r[k] for k in stage.key_columns), ms(r["window_start"]), ms(r["window_end"]), int(r["value"]))
+                   for r in read_table(spark, stage.output).collect())
+
+
 def logged(spark, spec: PipelineSpec, n: int, run_id: str) -> Counter:
     stage = spec.stages[n]
     rows = read_table(spark, f"{stage.output}_panes").where(f"run_id = '{run_id}'").collect()
-
-    def ms(x):
-        return None if x is None else int(x.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
-
     keys = stage.key_columns
     return Counter(
         (tuple(r[k] for k in keys), ms(r["window_start"]), ms(r["window_end"]), int(r["value"]), r["timing"],
@@ -218,22 +253,10 @@ def test_batch_results_equal_reference_final_panes(spark, fast):
     spec = sessions_pipeline(name, f"{name}_in")
     write_input(spark, spec.input_table, rows)
     run_backfill(spark, name, "2024-05-01", "2024-05-02", fast=fast)
-    model = Pipeline.of(*(Stage(s.output, s.strategy, s.from_upstream) for s in spec.stages))
-    ref = ReferencePipelineRunner(model, BEGINNING_OF_TIME)
-    ref.advance_processing_time(DAY0 + 10**9)
-    ref.add([((u, a), int(v), t) for (e, u, a, v, t, i) in {r[0]: r for r in rows}.values()])
-    ref.advance_watermark(END_OF_TIME)
-    for n, stage in enumerate(spec.stages):
-        final = {}
-        for p in ref.outputs[n]:
-            wid = (p.key if n == 0 else (p.key,), None if p.window.end >= END_OF_TIME else p.window.start)
-            final[wid] = None if p.retraction else int(p.value)
-        want = {k: v for k, v in final.items() if v is not None}
-        got = {}
-        for r in read_table(spark, stage.output).collect():
-            start = None if r["window_start"] is None else int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
-            got[(tuple(r[k] for k in stage.key_columns), start)] = int(r["value"])
-        assert got == want, (stage.output, got, want, drawn)
+    want = reference_results(spec, rows)
+    for stage in spec.stages:
+        got = results_of(spark, stage)
+        assert got == want[stage.output], (stage.output, got, want[stage.output], drawn)
         # Results are clustered on window_end, so later MERGEs of recent windows skip old files.
         detail = spark.sql(f"DESCRIBE DETAIL delta.`{table_path(spark, stage.output)}`").first()
         assert detail["clusteringColumns"] == ["window_end"], stage.output
