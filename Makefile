@@ -1,9 +1,10 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
 #                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
-#   make test   - setup, then the whole pytest suite (tests/); installs Debian's chromium for
-#                 the browser test if it is missing and apt-get can (scripts/ensure-chromium.sh)
-#                 and builds the suite's JVM class archive if it is missing (tests/jvm_archive.py)
+#   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
+#                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
+#                 then the integration tests; installs Debian's chromium for the browser test
+#                 if it is missing and apt-get can (scripts/ensure-chromium.sh)
 #   make demo   - setup, then the product's story on sample data (python -m jobs.demo)
 #   make bench  - setup, then every benchmarks/bench_*.py
 #   make airflow       - Airflow standalone in the background (UI on :8080, project's DAGs, SQLite
@@ -68,11 +69,20 @@ $(VENV)/.ready: $(DEPS_STAMP)
 		|| { echo "make setup: $(VENV) is incomplete (an import failed); run make distclean setup" >&2; exit 1; }
 	@touch $@
 
+# Two pytest sessions, the whole suite between them (PYTEST_ARGS goes to both). The pure
+# model tests start no JVM, so they run in one process while the JVM class archive is built
+# beside them (one JVM, mostly one busy thread: the other core was idle); then the
+# integration tests on the workers. Each session may find nothing to run (PYTEST_ARGS
+# chose tests of one kind), not both.
 test: setup
 	@scripts/ensure-chromium.sh
-	@$(PY) -m tests.jvm_archive
-	@$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder $(PYTEST_ARGS) tests/; rc=$$?; \
-	if [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
+	@mkdir -p .cache; $(PY) -m tests.jvm_archive > .cache/jvm-archive.out 2>&1 & archive=$$!; \
+	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS) tests/; pure=$$?; \
+	wait $$archive; cat .cache/jvm-archive.out; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
+	if [ $$pure -eq 5 ] && [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
+	if [ $$pure -ne 0 ] && [ $$pure -ne 5 ]; then echo "make test: FAILED - the pure model tests failed (see above)" >&2; exit $$pure; fi; \
+	if [ $$rc -eq 5 ]; then exit 0; fi; \
 	exit $$rc
 
 demo: setup
