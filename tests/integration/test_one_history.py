@@ -4,7 +4,6 @@ pipeline mid-window, the panes a downstream mapper sees, and live state as versi
 
 from __future__ import annotations
 
-import datetime as dt
 import itertools
 from collections import Counter, defaultdict
 
@@ -24,7 +23,7 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table, table_path
-from tests.integration.test_backfill import DAY0, M, reference_replay, to_rows, write_input
+from tests.integration.test_backfill import DAY0, M, ms, reference_replay, to_rows, write_input
 
 _names = itertools.count()
 S = 1000
@@ -41,17 +40,13 @@ def _billing(name: str, mode: AccumulationMode) -> PipelineSpec:
     ))
 
 
-def _ms(x: dt.datetime | None) -> int | None:
-    return None if x is None else int(x.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
-
-
 def _histories(spark, stage: StageSpec) -> dict[tuple, list[Pane]]:
     """Each window's panes from the pane log, in emission order, as the model's Panes."""
     windows: dict[tuple, list[Pane]] = defaultdict(list)
     rows = read_table(spark, f"{stage.output}_panes").collect()
     for r in sorted(rows, key=lambda r: (r["emitted_at"], r["pane_index"], not r["is_retraction"])):
-        row = {**r.asDict(), "window_start": _ms(r["window_start"]), "window_end": _ms(r["window_end"]),
-               "ts": _ms(r["timestamp"]), "emitted_at": _ms(r["emitted_at"])}
+        row = {**r.asDict(), "window_start": ms(r["window_start"]), "window_end": ms(r["window_end"]),
+               "ts": ms(r["timestamp"]), "emitted_at": ms(r["emitted_at"])}
         key = tuple(r[k] for k in stage.key_columns)
         windows[(key, row["window_start"])].append(pane_from_row(key, row))
     return windows
@@ -69,7 +64,7 @@ def _sums(rows, key_of=lambda r: r[2]) -> dict[tuple, int]:
 
 
 def _results(spark, stage: StageSpec) -> dict[tuple, int]:
-    return {(r["ad_id"], (_ms(r["window_start"]) - DAY0) // (10 * M)): r["value"]
+    return {(r["ad_id"], (ms(r["window_start"]) - DAY0) // (10 * M)): r["value"]
             for r in read_table(spark, stage.output).collect()}
 
 
