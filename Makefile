@@ -1,6 +1,7 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
-#                 Delta jars cached in .cache/ (idempotent; re-installs when the lock changes)
+#                 Delta jars cached in .cache/, the local file system's jar built there where a
+#                 JDK is (docs/setup.md; idempotent; re-installs when the lock changes)
 #   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
@@ -47,6 +48,7 @@ PYTEST_WORKERS ?= 2
 setup: $(VENV)/.ready
 	@$(PY) -m compileall -q -j 0 dataflow_core jobs pipelines dags tests >/dev/null
 	@$(PY) -m dataflow_core.spark.platform.jars
+	@$(PY) -m dataflow_core.spark.platform.localfs
 
 $(PY):
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'

@@ -48,10 +48,12 @@ def key() -> str:
     """What the archive depends on: the Java build, every jar a driver loads, the flags."""
     import pyspark
 
+    from dataflow_core.spark.platform import localfs
     from dataflow_core.spark.platform.jars import delta_jars
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")) + [Path(j) for j in delta_jars()]
+    jars += [j for j in [localfs.jar_path()] if j.is_file()]  # on the class path of local drivers
     listing = "\n".join(f"{j}:{j.stat().st_size}:{int(j.stat().st_mtime)}" for j in jars)
     return hashlib.sha256("\n".join([java, listing, JAVA_OPTS, SPARK_DEFAULTS.read_text()]).encode()).hexdigest()[:16]
 

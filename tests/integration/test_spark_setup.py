@@ -1,4 +1,5 @@
-"""Setup prerequisites fail fast with one clear line: Java version, Delta jar cache."""
+"""Setup prerequisites fail fast with one clear line: Java version, Delta jar cache. A local
+session's file system does its work without starting processes, and keeps Hadoop's rules."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.platform import jars
+from dataflow_core.spark.platform import jars, localfs
 from dataflow_core.spark.platform.java import check_java, parse_java_major
 
 pytestmark = pytest.mark.integration
@@ -81,3 +82,42 @@ def test_session_loads_the_cached_jars_instead_of_resolving_packages(spark):
     assert spark.conf.get("spark.jars.packages", "") == ""
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
     assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+
+
+def test_a_local_session_sets_permissions_and_renames_with_hadoops_rules_on_its_own_file_system(spark, tmp_path):
+    """Delta's commits on local disks go through FileContext.rename, which must refuse an
+    existing target (that is what makes a commit atomic against another writer); files and
+    folders get the permissions asked for; links are seen as links."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm = spark._jvm
+    hadoop = jvm.org.apache.hadoop.fs
+    conf = spark._jsc.hadoopConfiguration()
+    fs = hadoop.FileSystem.getLocal(conf)
+    context = hadoop.FileContext.getFileContext(jvm.java.net.URI("file:///"), conf)
+    assert fs.getClass().getName() == localfs.FILE_SYSTEM
+    assert context.getDefaultFileSystem().getClass().getName() == localfs.ABSTRACT_FILE_SYSTEM
+
+    folder, file = tmp_path / "a" / "b", tmp_path / "a" / "b" / "f.json"
+    assert fs.mkdirs(hadoop.Path(str(folder)), hadoop.permission.FsPermission("750"))
+    fs.create(hadoop.Path(str(file))).close()
+    fs.setPermission(hadoop.Path(str(file)), hadoop.permission.FsPermission("640"))
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o750 and stat.S_IMODE(file.stat().st_mode) == 0o640
+    with pytest.raises(Py4JJavaError, match="FileNotFoundException"):
+        fs.setPermission(hadoop.Path(str(tmp_path / "missing")), hadoop.permission.FsPermission("644"))
+
+    no_options = spark.sparkContext._gateway.new_array(hadoop.Options.Rename, 0)
+    target = folder / "00000000000000000001.json"
+    context.rename(hadoop.Path(str(file)), hadoop.Path(str(target)), no_options)
+    assert target.is_file() and not file.exists()
+    file.write_text("{}")
+    with pytest.raises(Py4JJavaError, match="FileAlreadyExistsException"):
+        context.rename(hadoop.Path(str(file)), hadoop.Path(str(target)), no_options)
+
+    link = tmp_path / "link"
+    link.symlink_to(target)
+    assert context.getFileLinkStatus(hadoop.Path(str(link))).isSymlink()
+    status = context.getFileLinkStatus(hadoop.Path(str(target)))
+    assert not status.isSymlink() and status.isFile() and status.getLen() == target.stat().st_size
+    with pytest.raises(Py4JJavaError, match="FileNotFoundException"):
+        context.getFileLinkStatus(hadoop.Path(str(tmp_path / "missing")))

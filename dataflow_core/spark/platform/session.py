@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import delta_jars
 from dataflow_core.spark.platform.java import check_java
 
@@ -74,6 +75,7 @@ def get_spark(
     local = master.startswith("local")
     if local:  # the driver talks only to itself; skips the "hostname resolves to loopback" warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    fs_conf = localfs.driver_setup(master)  # local disks without a process per file, when built
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
@@ -87,6 +89,8 @@ def get_spark(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.extraJavaOptions", _driver_java_options(local))
     )
+    for key, value in fs_conf.items():
+        builder = builder.config(key, value)
     if local:
         builder = (
             builder.config("spark.sql.shuffle.partitions", LOCAL_SHUFFLE_PARTITIONS)
