@@ -35,6 +35,9 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "t_bl_proc"
 S = 1000
 NOW = format_instant(DAY0 + 11 * M)
+KILL_WITHIN_S = 30.0
+"""Kills come at random from start-up to this many seconds in: about as long as a whole run takes
+here (a run that finishes first is run again all the same)."""
 
 
 @functools.cache
@@ -136,7 +139,7 @@ def test_a_backfill_killed_at_random_moments_and_run_again_corrects_live_state(s
     with in_warehouse(spark, warehouse):
         standing = _change(spark, _live(spark, rows))
         for _ in range(2):
-            delay = rng.uniform(3.0, 60.0)
+            delay = rng.uniform(3.0, KILL_WITHIN_S)
             proc = _backfill(warehouse, tmp_path)
             try:
                 proc.wait(timeout=delay)

@@ -24,6 +24,9 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE, INPUT = "t_fault", "t_fault_in"
 TABLES = ("t_fault_s_panes", "t_fault_s", "t_fault_short_panes", "t_fault_short", "t_fault_s__state")
 BATCHES = [b for b in batches_of(to_rows(VIEWS)) if b[1]][:2]  # two batches with rows (each kill costs a JVM)
+KILL_WITHIN_S = 30.0
+"""Kills come at random from start-up to this many seconds in: about as long as a whole run takes
+here (a run that finishes first is run again all the same)."""
 
 
 def _modules(tmp_path: Path) -> Path:
@@ -94,7 +97,7 @@ def test_sigkill_at_random_moments_over_several_batches_then_the_same_command(sp
     for end, rows in BATCHES:
         _append(spark, warehouse, rows)
         cmd, env = _command(warehouse, modules, end)
-        delay = rng.uniform(4.0, 40.0)
+        delay = rng.uniform(4.0, KILL_WITHIN_S)
         proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, start_new_session=True)
         try:

@@ -19,6 +19,7 @@ import sys
 import time
 import urllib.request
 from contextlib import closing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
@@ -146,42 +147,7 @@ def _job_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-def test_demo_job_runs_on_a_standalone_master(cluster, tmp_path):
-    from deltalake import DeltaTable
-
-    from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
-
-    warehouse = tmp_path / "warehouse"
-    log = tmp_path / "demo-job.log"
-    env = _job_env(tmp_path)
-    command = [
-        sys.executable, "-m", "jobs.demo_job", "--rows", "2000", "--seed", "11",
-        "--master", cluster.master_url, "--warehouse", str(warehouse),
-    ]  # fmt: skip
-    # A process of its own: the test session's local Spark cannot switch masters.
-    with open(log, "w") as out:
-        try:
-            result = subprocess.run(command, env=env, cwd=tmp_path, stdout=out,
-                                    stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"the demo job did not finish in {JOB_TIMEOUT_S}s:\n{_tail(log)}")
-    assert result.returncode == 0, f"demo job exited {result.returncode}:\n{_tail(log)}"
-    assert "in = accepted + quarantined + dropped as late" in log.read_text()
-
-    # It really ran on the cluster: the master knows the application and the worker
-    # launched executors for it.
-    apps = _master_state(cluster.web_url)
-    names = {app["name"] for app in apps.get("completedapps", []) + apps.get("activeapps", [])}
-    assert "dataflow-demo" in names, f"applications the master saw: {names}"
-    assert any(cluster.work_dir.glob("app-*/*/stderr")), "the worker launched no executor"
-
-    assert DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table().num_rows == 2000
-    counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table()
-    assert counts.num_rows > 0
-    assert 0 < sum(counts.column("views").to_pylist()) <= 2000
-
-
-# --- backfills: the same tables on the cluster as in local mode ----------------------------
+# --- the jobs submitted to the cluster: the demo job, then two backfills ---------------------
 
 SAMPLE_ROWS = 3000
 RANGE = ["--start", "2024-05-01", "--end", "2024-05-03"]  # the sample's 48 hours
@@ -200,37 +166,94 @@ TABLES = {
     "ad_short_sessions_panes": ("run_id",),
     "billing__quarantine": ("run_id", "quarantined_at"),
 }
-# `python -m dataflow_core backfill ARGS` for each ARGS in turn, in one process: one Spark
-# application (and one set of executors) for all the runs, not one each.
-CLI_SEQUENCE = """
+# `python -m jobs.demo_job ARGS` or `python -m dataflow_core ARGS` for each (job, ARGS) in
+# turn, in one process: one Spark application (and one set of executors) for all of them,
+# not one each. The first job starts Spark on the cluster and names the application; each
+# later one finds that session running and only switches the warehouse, as it would in a
+# user's own driver program.
+JOB_SEQUENCE = """
 import json, sys
-from dataflow_core.cli import main
-for args in json.loads(sys.argv[1]):
-    print("$ dataflow " + " ".join(args), flush=True)
-    code = main(args)
+from dataflow_core.cli import main as dataflow
+from jobs.demo_job import main as demo_job
+for job, args in json.loads(sys.argv[1]):
+    print(f"$ {job} " + " ".join(args), flush=True)
+    code = {"demo_job": demo_job, "dataflow": dataflow}[job](args)
     if code:
         sys.exit(code)
 """
 
 
-def _backfills(master: str, warehouse: Path, env: dict[str, str], cwd: Path, log: Path) -> list[list[str]]:
-    """The backfills through the CLI; each one's printed ledger."""
-    runs = [["backfill", *args, "--master", master, "--warehouse", str(warehouse)] for args in BACKFILLS]
+@dataclass
+class ClusterJobs:
+    """What the jobs on the cluster left: each job's printed lines, in order, and the
+    warehouses they wrote."""
+
+    outputs: list[list[str]]
+    demo: Path
+    backfills: Path
+    sample: Path
+
+
+@pytest.fixture(scope="module")
+def on_cluster(cluster, spark, tmp_path_factory) -> ClusterJobs:
+    """The demo job and the backfills, submitted to the cluster in one driver process."""
+    import shutil
+
+    from dataflow_core.sample.config import SampleConfig
+    from dataflow_core.sample.write import write_sample
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+
+    base = tmp_path_factory.mktemp("cluster_jobs")
+    # The backfills' sample once (what `dataflow generate --rows 3000 --seed 3` writes),
+    # through the shared session; the local-mode baseline copies it too.
+    spark.conf.set(WAREHOUSE_CONF, str(base / "sample"))
+    write_sample(spark, SampleConfig(rows=SAMPLE_ROWS, seed=3), progress=lambda _m: None)
+    shutil.copytree(base / "sample" / "video_events", base / "cluster" / "video_events")
+    master = cluster.master_url
+    jobs = [("demo_job", ["--rows", "2000", "--seed", "11", "--master", master, "--warehouse", str(base / "demo")])]
+    jobs += [("dataflow", ["backfill", *args, "--master", master, "--warehouse", str(base / "cluster")])
+             for args in BACKFILLS]
+    log = base / "jobs.log"
     with open(log, "w") as out:
         try:
-            result = subprocess.run([sys.executable, "-c", CLI_SEQUENCE, json.dumps(runs)], env=env, cwd=cwd,
-                                    stdout=out, stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT_S)
+            result = subprocess.run([sys.executable, "-c", JOB_SEQUENCE, json.dumps(jobs)], env=_job_env(base),
+                                    cwd=base, stdout=out, stderr=subprocess.STDOUT, timeout=JOB_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the backfills did not finish in {JOB_TIMEOUT_S}s:\n{_tail(log)}")
-    assert result.returncode == 0, f"backfills on {master} exited {result.returncode}:\n{_tail(log)}"
-    ledgers: list[list[str]] = []
+            pytest.fail(f"the jobs on the cluster did not finish in {JOB_TIMEOUT_S}s:\n{_tail(log)}")
+    assert result.returncode == 0, f"the jobs on {master} exited {result.returncode}:\n{_tail(log)}"
+    outputs: list[list[str]] = []
     for line in log.read_text().splitlines():
-        if line.startswith("$ dataflow "):
-            ledgers.append([])
-        elif ledgers and (line.startswith("ledger") or line.startswith("  ")):
-            ledgers[-1].append(line)
-    assert len(ledgers) == len(BACKFILLS), _tail(log)
-    return ledgers
+        if line.startswith("$ "):
+            outputs.append([])
+        elif outputs:
+            outputs[-1].append(line)
+    assert len(outputs) == len(jobs), _tail(log)
+    return ClusterJobs(outputs, base / "demo", base / "cluster", base / "sample")
+
+
+def test_demo_job_runs_on_a_standalone_master(cluster, on_cluster):
+    from deltalake import DeltaTable
+
+    from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
+
+    assert any("in = accepted + quarantined + dropped as late" in line for line in on_cluster.outputs[0])
+    # It really ran on the cluster: the master knows the application (the demo job started
+    # it) and the workers launched executors for it.
+    apps = _master_state(cluster.web_url)
+    names = {app["name"] for app in apps.get("completedapps", []) + apps.get("activeapps", [])}
+    assert "dataflow-demo" in names, f"applications the master saw: {names}"
+    assert any(cluster.work_dir.glob("app-*/*/stderr")), "the worker launched no executor"
+
+    warehouse = on_cluster.demo
+    assert DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table().num_rows == 2000
+    counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table()
+    assert counts.num_rows > 0
+    assert 0 < sum(counts.column("views").to_pylist()) <= 2000
+
+
+def _ledgers(outputs: list[list[str]]) -> list[list[str]]:
+    """Each backfill's printed ledger."""
+    return [[line for line in lines if line.startswith("ledger") or line.startswith("  ")] for lines in outputs]
 
 
 def _backfills_here(warehouse: Path) -> list[list[str]]:
@@ -241,15 +264,14 @@ def _backfills_here(warehouse: Path) -> list[list[str]]:
 
     from dataflow_core.cli import main
 
-    ledgers: list[list[str]] = []
+    outputs: list[list[str]] = []
     for args in BACKFILLS:
         out = io.StringIO()
         with contextlib.redirect_stdout(out):
             code = main(["backfill", *args, "--master", "local[2]", "--warehouse", str(warehouse)])
         assert code == 0, out.getvalue()[-5000:]
-        ledgers.append([line for line in out.getvalue().splitlines()
-                        if line.startswith("ledger") or line.startswith("  ")])
-    return ledgers
+        outputs.append(out.getvalue().splitlines())
+    return _ledgers(outputs)
 
 
 def _table(warehouse: Path, name: str, ignore: tuple[str, ...]):
@@ -261,36 +283,22 @@ def _table(warehouse: Path, name: str, ignore: tuple[str, ...]):
     return frame[columns].astype(str).sort_values(columns).reset_index(drop=True)
 
 
-def test_backfills_leave_the_same_tables_on_a_standalone_cluster_as_in_local_mode(cluster, spark, tmp_path):
+def test_backfills_leave_the_same_tables_on_a_standalone_cluster_as_in_local_mode(cluster, on_cluster, tmp_path):
     """billing (batch) and ad_sessions (replayed in arrival order), through the CLI, against the two-worker cluster and in local mode: identical tables and ledgers."""
     import shutil
 
     import pandas as pd
 
-    from dataflow_core.sample.config import SampleConfig
-    from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
-
-    local, remote = tmp_path / "local", tmp_path / "cluster"
-    # The sample once (what `dataflow generate --rows 3000 --seed 3` writes), copied to both.
-    spark.conf.set(WAREHOUSE_CONF, str(tmp_path / "sample"))  # the shared session; restored after
-    write_sample(spark, SampleConfig(rows=SAMPLE_ROWS, seed=3), progress=lambda _m: None)
-    for warehouse in (local, remote):
-        shutil.copytree(tmp_path / "sample" / "video_events", warehouse / "video_events")
-
-    env = _job_env(tmp_path)
-    on_cluster = _backfills(cluster.master_url, remote, env, tmp_path, tmp_path / "cluster.log")
+    local, remote = tmp_path / "local", on_cluster.backfills
+    shutil.copytree(on_cluster.sample / "video_events", local / "video_events")
+    on_cluster_ledgers = _ledgers(on_cluster.outputs[1:])
     in_local_mode = _backfills_here(local)
 
     # It really ran on the cluster, on both workers.
-    apps = _master_state(cluster.web_url)
-    names = {app["name"] for app in apps.get("completedapps", []) + apps.get("activeapps", [])}
-    assert "dataflow-backfill-billing" in names, names
     assert len({p.parent.name for p in cluster.work_dir.glob("app-*/*/stderr")}) >= 2, "an executor per worker"
-
-    assert on_cluster == in_local_mode, "the ledgers differ"
-    assert "read 0 " not in on_cluster[0][1] and "OK" in on_cluster[0][2], on_cluster[0]
-    assert re.search(r"ad_sessions: [\d,]+ panes, [1-9][\d,]* retractions", on_cluster[1][3]), on_cluster[1]
+    assert on_cluster_ledgers == in_local_mode, "the ledgers differ"
+    assert "read 0 " not in on_cluster_ledgers[0][1] and "OK" in on_cluster_ledgers[0][2], on_cluster_ledgers[0]
+    assert re.search(r"ad_sessions: [\d,]+ panes, [1-9][\d,]* retractions", on_cluster_ledgers[1][3]), on_cluster_ledgers[1]
     for name, ignore in TABLES.items():
         ours, theirs = _table(remote, name, ignore), _table(local, name, ignore)
         assert len(ours) > 0, f"{name} is empty"
