@@ -112,14 +112,7 @@ def spark(warehouse: Path) -> Iterator["SparkSession"]:
     """A local[2] SparkSession with Delta, writing tables under `warehouse`."""
     from dataflow_core.spark.platform.session import get_spark
 
-    # This driver lives as long as the worker: the full JIT (jvm_archive.long_lived). The
-    # processes tests start keep the environment's quick one.
-    options = os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "")
-    os.environ["DATAFLOW_SPARK_JAVA_OPTS"] = jvm_archive.long_lived(options)
-    try:
-        session = get_spark(app_name="dataflow-tests", master="local[2]", warehouse=str(warehouse))
-    finally:
-        os.environ["DATAFLOW_SPARK_JAVA_OPTS"] = options
+    session = get_spark(app_name="dataflow-tests", master="local[2]", warehouse=str(warehouse))
     _shared.update(session=session, warehouse=str(warehouse))
     yield session
     _shared.clear()

@@ -30,13 +30,12 @@ ARCHIVE = CACHE / "spark.jsa"
 KEY_FILE = CACHE / "key"
 SPARK_DEFAULTS = Path(__file__).with_name("spark-conf") / "spark-defaults.conf"
 
-# The quick JIT only: a process a test starts lives for one command, whose queries run once
-# on ten rows. The quick JIT alone gets a 48 MB code cache, which Spark and Delta's many query
-# shapes fill: the JVM then spends its time evicting and recompiling (about 10% of a test
-# session's CPU), hence the larger cache that is never flushed. The archive must be written
-# and read under the same collector (the JIT does not matter to it).
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
-JAVA_OPTS = f"{QUICK_JIT} -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m -XX:-UseCodeCacheFlushing"
+# The quick JIT only: on data of a few rows a query is planned once and run on ten rows.
+# The quick JIT alone gets a 48 MB code cache, which Spark and Delta's many query shapes
+# fill: the JVM then spends its time evicting and recompiling (about 10% of a test session's
+# CPU), hence the larger cache that is never flushed. The archive must be written and read
+# under the same collector.
+JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m -XX:-UseCodeCacheFlushing"
 # A JVM that cannot use the archive says so on stdout; it runs as it would without one.
 USE_ARCHIVE = f"-XX:SharedArchiveFile={ARCHIVE} -Xlog:cds=off -Xlog:cds+dynamic=off"
 # The suite's Spark settings (tests/spark-conf/spark-defaults.conf) reach every driver this
@@ -66,14 +65,6 @@ def java_options() -> str:
     if ARCHIVE.exists() and KEY_FILE.exists():
         return f"{JAVA_OPTS} {USE_ARCHIVE}"
     return JAVA_OPTS
-
-
-def long_lived(options: str) -> str:
-    """The flags for a test worker's own driver, which serves every test of the session: the
-    full JIT. Its optimising compiler costs CPU once and then pays (measured, one driver, three
-    rounds of two-stage micro-batches and a backfill after a warm-up: 18-28% less CPU in the
-    rounds than with the quick JIT, the same CPU with the warm-up counted in)."""
-    return " ".join(o for o in options.split() if o != QUICK_JIT)
 
 
 def _workload() -> None:
