@@ -53,7 +53,7 @@ def key() -> str:
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")) + [Path(j) for j in delta_jars()]
-    jars += [j for j in [localfs.jar_path()] if j.is_file()]  # on the class path of local drivers
+    jars += [j for j in [localfs.built_jar()] if j is not None]  # on the class path of local drivers
     listing = "\n".join(f"{j}:{j.stat().st_size}:{int(j.stat().st_mtime)}" for j in jars)
     return hashlib.sha256("\n".join([java, listing, JAVA_OPTS, SPARK_DEFAULTS.read_text()]).encode()).hexdigest()[:16]
 

@@ -1,5 +1,5 @@
 """Setup prerequisites fail fast with one clear line: Java version, Delta jar cache. A local
-session's file system does its work without starting processes, and keeps Hadoop's rules."""
+session runs on the project's local file system (spark.platform.localfs), which keeps Hadoop's rules."""
 
 from __future__ import annotations
 

@@ -43,23 +43,32 @@ def _hadoop_jar() -> Path:
     return found[-1]
 
 
-def jar_path(cache: Path | None = None) -> Path:
+def jar_path() -> Path:
     """Where the jar for these sources and this Hadoop lives (a new folder when either changes)."""
     digest = hashlib.sha256(_hadoop_jar().name.encode())
     for source in sorted(SOURCES.glob("*.java")):
         digest.update(source.read_bytes())
-    return (cache or cache_dir()) / "localfs" / digest.hexdigest()[:12] / JAR_NAME
+    return cache_dir() / "localfs" / digest.hexdigest()[:12] / JAR_NAME
 
 
-def build_jar(cache: Path | None = None) -> tuple[Path | None, str]:
-    """Compile the classes into `jar_path` unless it is there; (the jar, what happened),
-    the jar None when there is no JDK to compile with."""
-    target = jar_path(cache)
+def built_jar() -> Path | None:
+    """The jar for these sources and this Hadoop in the cache, if it has been built."""
+    try:
+        jar = jar_path()
+    except FileNotFoundError:  # no Hadoop jar to build against
+        return None
+    return jar if jar.is_file() else None
+
+
+def build_jar() -> Path | None:
+    """The jar at `jar_path`, compiled unless it is there; None when there is no JDK to
+    compile with."""
+    target = jar_path()
     if target.is_file():
-        return target, f"local file system without chmod/readlink processes: {target}"
+        return target
     javac, jar = _jdk_tool("javac"), _jdk_tool("jar")
     if javac is None or jar is None:
-        return None, "no JDK (javac) found: Hadoop's local file system, which starts a process per file, serves"
+        return None
     with tempfile.TemporaryDirectory() as tmp:
         classes = Path(tmp) / "classes"
         subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", str(_hadoop_jar()),
@@ -68,7 +77,7 @@ def build_jar(cache: Path | None = None) -> tuple[Path | None, str]:
         subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True, capture_output=True, text=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(built, target)  # whole or not at all, whoever builds at the same moment
-    return target, f"local file system without chmod/readlink processes: built {target}"
+    return target
 
 
 def _jdk_tool(name: str) -> str | None:
@@ -91,14 +100,10 @@ def driver_setup(master: str) -> dict[str, str]:
     `spark.jars` before it loads them. `SPARK_DIST_CLASSPATH` (read when the JVM is launched,
     and appended to whatever a user put there) rather than `spark.driver.extraClassPath`,
     which would replace a user's own; in local mode the driver's JVM is the executors' too."""
-    if not master.startswith("local"):
+    built = built_jar() if master.startswith("local") else None
+    if built is None:
         return {}
-    try:
-        jar = str(jar_path())
-    except FileNotFoundError:
-        return {}
-    if not Path(jar).is_file():
-        return {}
+    jar = str(built)
     present = os.environ.get("SPARK_DIST_CLASSPATH", "")
     if jar not in present.split(os.pathsep):
         os.environ["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, [present, jar]))
@@ -108,11 +113,16 @@ def driver_setup(master: str) -> dict[str, str]:
 def main() -> int:
     """`make setup` step: build the jar where a JDK can; say what serves local disks."""
     try:
-        print(build_jar()[1])
+        jar = build_jar()
     except (OSError, subprocess.CalledProcessError) as exc:  # Hadoop's own classes serve: slower, not wrong
         detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:300]
         print(f"warning: the local file system's classes did not build ({detail}); "
               "Hadoop's, which start a process per file, serve", file=sys.stderr)
+        return 0
+    if jar is None:
+        print("no JDK (javac) found: Hadoop's local file system, which starts a process per file, serves")
+    else:
+        print(f"local file system without chmod/readlink processes: {jar}")
     return 0
 
 
