@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
@@ -352,6 +352,7 @@ class _StageOutput:
     stage: StageSpec
     out: "DataFrame"
     ran: "DataFrame"
+    holds: list[HoldSpan] = field(default_factory=list)  # its hold spans, collected by `_write`
 
 
 def _process(
@@ -528,14 +529,14 @@ def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedu
     if taken is not None:  # every key taken over runs, so that the watermark collects what it passed
         woken = taken
     elif states is not None:
-        due = states.where((F.col("wake_timer") < F.lit(latest_time)) | (F.col("wake_watermark") <= F.lit(wm)))
-        with_data = states.join(arrivals.select(*keys).distinct(), keys, "left_semi")
-        woken = due.unionByName(with_data).dropDuplicates(keys).select(*keys, "state")
+        due = (F.col("wake_timer") < F.lit(latest_time)) | (F.col("wake_watermark") <= F.lit(wm))
+        with_data = arrivals.select(*keys).distinct().withColumn("_arrived", F.lit(True))
+        woken = states.join(with_data, keys, "left").where(due | F.col("_arrived").isNotNull()).select(*keys, "state")
     else:
         key_types = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in keys)
         woken = spark.createDataFrame([], f"{key_types}, state string")
     out = run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
-                    states=woken).persist()
+                    states=woken, track_holds=stage is not spec.stages[-1]).persist()
     return _StageOutput(stage, out, out.where("kind = 'state'").select(*keys))
 
 
@@ -580,34 +581,34 @@ def _spans(spark, upstream: _StageOutput, schedule: Schedule, rec: BatchRecord) 
     (`runners.keyed.carried_hold_spans`)."""
     from pyspark.sql import functions as F
 
-    spans = [
-        HoldSpan(tuple(r["sub"]), r["hold_time"], None if r["hold_end"] is None else tuple(r["hold_end"]),
-                 r["hold_end_time"], r["hold"])
-        for r in upstream.out.where("kind = 'hold'").collect()
-    ]
+    spans = list(upstream.holds)
     states = read_states(spark, upstream.stage, rec.versions[state_table(upstream.stage)])
     if states is not None:
         wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
         idle = states.where(F.col("hold") < F.lit(wm)).join(upstream.ran, list(upstream.stage.key_columns), "left_anti")
-        for r in idle.select("hold").collect():
+        for r in idle.select("hold").distinct().collect():  # keys at the same hold give the same spans
             spans += carried_hold_spans(schedule, r["hold"])
     return spans
 
 
 def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[str, int], tuple[int, int]]:
     """The stage's panes, results and state, each under this batch's idempotent key.
-    Returns the pane counts and the elements the stage took and dropped as late (one
-    pass over its output for both)."""
+    Returns the pane counts and the elements the stage took and dropped as late, and keeps
+    its hold spans on `current` for the next stage (one pass over its output for all)."""
     from pyspark.sql import functions as F
 
     stage, run_id = current.stage, f"batch-{rec.batch}"
     panes = current.out.where("kind = 'pane'")
     pane, stats = F.col("kind") == "pane", F.col("kind") == "stats"
+    hold = F.col("kind") == "hold"
     counts = current.out.agg(
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.col("window_end"))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
+        F.collect_list(F.when(hold, F.struct("sub", "hold_time", "hold_end", "hold_end_time", "hold"))).alias("h"),
     ).first()
+    current.holds = [HoldSpan(tuple(h["sub"]), h["hold_time"], None if h["hold_end"] is None else tuple(h["hold_end"]),
+                              h["hold_end_time"], h["hold"]) for h in counts["h"]]
     emitted = counts["p"] + counts["r"] > 0
     if emitted:
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))

@@ -109,14 +109,19 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     cached = _read_logs.get((path, spec.name))
     if cached is not None and cached[0] == identity:
         return copy.deepcopy(cached[1])
+    from pyspark.sql import Window
+
     batches = read_as_of(spark, BATCHES_TABLE, identity[1]).where(F.col("pipeline") == spec.name)
     attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
     stream_id = F.col("stream_id") if "stream_id" in batches.columns else F.lit(None).cast("string")
     streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
-    marks = batches.agg(F.max("batch").alias("_top"), F.max(F.when(F.col("status") == RESET, F.col("batch"))).alias("_reset"),
-                        F.max(F.when(streamed, F.col("batch"))).alias("_streamed"))
-    rows = batches.withColumn("_attempt", F.coalesce(attempt, F.lit(0))).withColumn("_stream_id", stream_id).crossJoin(
-        marks).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
+    whole = Window.partitionBy("pipeline")  # the marks over all its rows, in the same scan: one job, not four
+    rows = batches.select(
+        "*", F.coalesce(attempt, F.lit(0)).alias("_attempt"), stream_id.alias("_stream_id"),
+        F.max("batch").over(whole).alias("_top"),
+        F.max(F.when(F.col("status") == RESET, F.col("batch"))).over(whole).alias("_reset"),
+        F.max(F.when(streamed, F.col("batch"))).over(whole).alias("_streamed"),
+    ).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
     top = max((r["_top"] for r in rows), default=None)
     recent = sorted((r for r in rows if r["batch"] >= top - 1), key=lambda r: (-r["batch"], r["status"], -r["_attempt"])) \
         if top is not None else []

@@ -16,7 +16,7 @@ from dataflow_core.model.state_codec import STATE_VERSION
 from dataflow_core.model.time import END_OF_TIME
 from dataflow_core.pipelines import StageSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
-from dataflow_core.spark.platform.tables import snapshot_identity, table_path
+from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -79,5 +79,12 @@ def write_state(spark: "SparkSession", stage: StageSpec, out: "DataFrame", batch
         F.lit(batch).alias("batch"),
         F.col("state").isNull().alias("_delete"),
     )
-    merge_rows(spark, state_table(stage), state_rows, list(stage.key_columns), delete=True, update=True,
+    name = state_table(stage)
+    path = table_path(spark, name)
+    before = snapshot_identity(spark, path) if table_exists(spark, name) else None
+    merge_rows(spark, name, state_rows, list(stage.key_columns), delete=True, update=True,
                txn=txn, cluster_by=WAKE_COLUMNS)
+    if before in _readable:  # what this build merged onto a version of its own state is of its own state
+        after = snapshot_identity(spark, path)
+        if after == (before[0], before[1] + 1):
+            _readable.add(after)
