@@ -93,19 +93,34 @@ def get_spark(
         builder = builder.config(key, value)
     if local:
         builder = (
-            builder.config("spark.sql.shuffle.partitions", LOCAL_SHUFFLE_PARTITIONS)
-            .config("spark.default.parallelism", LOCAL_SHUFFLE_PARTITIONS)
-            .config("spark.databricks.delta.snapshotPartitions", "2")
-            # VACUUM lists a table's folders with this many Spark tasks (Spark's default is
-            # 10,000: 30 s of empty tasks per table on 2 cores, whatever the table's size)
-            .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", LOCAL_SHUFFLE_PARTITIONS)
+            builder.config("spark.default.parallelism", LOCAL_SHUFFLE_PARTITIONS)
             .config("spark.ui.enabled", os.environ.get("DATAFLOW_SPARK_UI", "false"))
             .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
     spark = builder.getOrCreate()
+    if local:
+        _local_defaults(spark)
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
     _quiet_python_error_logs()
     return spark
+
+
+LOCAL_SQL_DEFAULTS = {
+    "spark.sql.shuffle.partitions": LOCAL_SHUFFLE_PARTITIONS,
+    "spark.databricks.delta.snapshotPartitions": "2",
+    # VACUUM lists a table's folders with this many Spark tasks (Spark's default is
+    # 10,000: 30 s of empty tasks per table on 2 cores, whatever the table's size)
+    "spark.sql.sources.parallelPartitionDiscovery.parallelism": LOCAL_SHUFFLE_PARTITIONS,
+}
+"""Settings of a local session where Spark's defaults suit a cluster; each is set only where
+the user's Spark configuration (spark-defaults.conf, `--conf`) says nothing, so theirs wins."""
+
+
+def _local_defaults(spark: "SparkSession") -> None:
+    given = spark.sparkContext.getConf()
+    for key, value in LOCAL_SQL_DEFAULTS.items():
+        if not given.contains(key):
+            spark.conf.set(key, value)
 
 
 def _quiet_python_error_logs() -> None:
