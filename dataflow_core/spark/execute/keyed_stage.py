@@ -22,7 +22,7 @@ from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.pane_codec import pane_to_row, window_bounds
 from dataflow_core.model.state_codec import STATE_VERSION, state_from_text, state_text
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.runners.keyed import Arrival, Schedule, run_key
+from dataflow_core.runners.keyed import Arrival, HoldSpan, Schedule, run_key
 from dataflow_core.spark.execute.lifting import can_lift, combined_by_seq, is_lifted, lift_arrivals
 
 if TYPE_CHECKING:
@@ -162,6 +162,17 @@ def _element_arrivals(table: Any, codec: KeyCodec) -> list[Arrival]:
         Arrival(seq, at, tuple(sorted(els, key=lambda e: (e.timestamp, e.retraction))))
         for seq, (at, els) in sorted(by_seq.items())
     ]
+
+
+HOLD_FIELDS = ("sub", "hold", "hold_end", "hold_time", "hold_end_time")
+"""The columns of a `'hold'` output row (`_rows` writes them, `hold_span` reads them back)."""
+
+
+def hold_span(row: Any) -> HoldSpan:
+    """The HoldSpan of a `'hold'` output row (a Row or a struct with HOLD_FIELDS)."""
+    end = row["hold_end"]
+    return HoldSpan(tuple(row["sub"]), row["hold_time"], None if end is None else tuple(end),
+                    row["hold_end_time"], row["hold"])
 
 
 def _rows(row_key: list, result: Any, schedule: Schedule, codec: KeyCodec, resumable: bool) -> list[dict]:

@@ -54,7 +54,7 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, carried_hold_spans, downstream_schedule
-from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
 from dataflow_core.spark.execute.take_over import taken_over_states
 from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
@@ -605,10 +605,9 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[st
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.col("window_end"))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
-        F.collect_list(F.when(hold, F.struct("sub", "hold_time", "hold_end", "hold_end_time", "hold"))).alias("h"),
+        F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
     ).first()
-    current.holds = [HoldSpan(tuple(h["sub"]), h["hold_time"], None if h["hold_end"] is None else tuple(h["hold_end"]),
-                              h["hold_end_time"], h["hold"]) for h in counts["h"]]
+    current.holds = [hold_span(h) for h in counts["h"]]
     emitted = counts["p"] + counts["r"] > 0
     if emitted:
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))

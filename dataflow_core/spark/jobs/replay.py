@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.model.time import format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, downstream_schedule
-from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
+from dataflow_core.runners.keyed import Schedule, Step, downstream_schedule
+from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
 from dataflow_core.spark.input.rows import EventRange, elements
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.range_input import read_range
@@ -77,11 +77,7 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
     _write_history(spark, first, out, run, ledger, say)
     previous, prev_stage = out, first
     for stage in spec.stages[1:]:
-        spans = [
-            HoldSpan(tuple(r["sub"]), r["hold_time"], None if r["hold_end"] is None else tuple(r["hold_end"]),
-                     r["hold_end_time"], r["hold"])
-            for r in previous.where("kind = 'hold'").select("sub", "hold", "hold_end", "hold_time", "hold_end_time").collect()
-        ]
+        spans = [hold_span(r) for r in previous.where("kind = 'hold'").select(*HOLD_FIELDS).collect()]
         schedule = downstream_schedule(schedule, spans)
         record_watermarks(spark, run, stage.output, [(n, s.time, s.watermark) for n, s in enumerate(schedule.steps)])
         panes = previous.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn("at_ms", F.col("emitted_at"))

@@ -100,6 +100,7 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     stream batch, with the number of its last reset, in one query of the table's latest
     version. A version's contents never change, so while the version stays the one last
     read (the Delta log says so without a query), the last read answers again."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if not table_exists(spark, BATCHES_TABLE):
@@ -109,8 +110,6 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     cached = _read_logs.get((path, spec.name))
     if cached is not None and cached[0] == identity:
         return copy.deepcopy(cached[1])
-    from pyspark.sql import Window
-
     batches = read_as_of(spark, BATCHES_TABLE, identity[1]).where(F.col("pipeline") == spec.name)
     attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
     stream_id = F.col("stream_id") if "stream_id" in batches.columns else F.lit(None).cast("string")
