@@ -44,7 +44,6 @@ SLOW = (
     "tests/integration/test_backfill_live_processes.py::",  # ~230 s: killed and paused backfills
     "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
-    "tests/integration/test_microbatch_skip.py::test_a_poison_batch",  # ~100 s
     "tests/integration/test_dags.py::",  # ~60 s
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",

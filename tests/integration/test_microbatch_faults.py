@@ -1,6 +1,8 @@
-"""Micro-batches under faults, each run a real `dataflow microbatch` process: killed with
-SIGKILL at random moments over several batches, then the same command again; and two runs
-of one pipeline at once. Either way the tables must be those of uninterrupted runs."""
+"""Micro-batches under faults, each a real `dataflow microbatch` process: killed with
+SIGKILL at random moments over several batches, then the same batch again; and two runs
+of one pipeline at once. Either way the tables must be those of uninterrupted runs. What
+comes after a kill, or after the race, runs on this process's session: the processes
+under test are the ones that die or race."""
 
 from __future__ import annotations
 
@@ -45,9 +47,12 @@ def _command(warehouse: Path, modules: Path, now: int) -> tuple[list[str], dict[
             "--now", format_instant(now)], env
 
 
-def _run(warehouse: Path, modules: Path, now: int) -> subprocess.CompletedProcess:
-    cmd, env = _command(warehouse, modules, now)
-    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+def _again(spark, warehouse: Path, now: int, said: list[str] | None = None):
+    """The same micro-batch once more, on the shared session: what the killed or refused
+    process leaves must be enough for any run to carry on from."""
+    _registered()
+    with in_warehouse(spark, warehouse):
+        return run_microbatch(spark, PIPELINE, now=format_instant(now), progress=None if said is None else said.append)
 
 
 def _append(spark, warehouse: Path, rows: list[tuple]) -> None:
@@ -87,7 +92,7 @@ def _clean(spark, tmp_path: Path, batches) -> dict[str, Counter]:
 def test_sigkill_at_random_moments_over_several_batches_then_the_same_command(spark, tmp_path):
     """Per batch: the run is killed (SIGKILL to its process group: Python driver, JVM and
     workers) after a random delay, anywhere from start-up to the last commit, and then the
-    same command runs to the end. Set DATAFLOW_KILL_SEED to replay a failure."""
+    same batch runs to the end. Set DATAFLOW_KILL_SEED to replay a failure."""
     seed = int(os.environ.get("DATAFLOW_KILL_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     modules = _modules(tmp_path)
@@ -108,8 +113,7 @@ def test_sigkill_at_random_moments_over_several_batches_then_the_same_command(sp
             output = proc.communicate()[0]
             last = [line for line in output.splitlines() if line.startswith("[microbatch")][-1:]
             kills.append(f"{delay:.1f}s: killed after {last}")
-        again = _run(warehouse, modules, end)
-        assert again.returncode == 0, f"seed {seed}, {kills}: " + again.stdout + again.stderr
+        assert _again(spark, warehouse, end).ledger_ok, f"seed {seed}, {kills}"
     got = _tables(spark, warehouse)
     for table in TABLES:
         assert got[table] == expected[table], f"{table} differs; seed {seed}, kills {kills}"
@@ -132,6 +136,7 @@ def test_two_runs_at_once_one_is_refused_and_the_tables_are_those_of_one_run(spa
     assert refused.startswith("dataflow microbatch: pipeline 't_fault'"), refused
     assert "Traceback" not in outcomes[1][1], "one readable line, not a traceback"
     assert _tables(spark, warehouse) == expected
-    again = _run(warehouse, modules, batches[0][0])
-    assert again.returncode == 0 and "nothing to do" in again.stdout, again.stdout + again.stderr
+    said: list[str] = []
+    again = _again(spark, warehouse, batches[0][0], said)
+    assert again.ledger["read"] == 0 and any("nothing to do" in line for line in said), said
     assert _tables(spark, warehouse) == expected

@@ -1,22 +1,23 @@
 """A poison batch: a row whose value expression raises fails its batch on every retry; a
 batch whose recorded versions are gone fails with one line; the operator skips the batch
-with `dataflow microbatch --skip-batch` (a real process), the pipeline carries on, the
+with `dataflow microbatch --skip-batch` (the CLI's entry point, on this process's session:
+what is under test is the command, not a process), the pipeline carries on, the
 skipped rows are quarantined with the reason and the ledger balances; results equal the
 reference runner's over the input without them. Also: a column added to the input reaches the quarantine."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from dataflow_core.cli import main
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import format_instant
-from dataflow_core.spark.jobs.microbatch import CRASH_ENV, run_microbatch
+from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.jobs.skip import request_skip
 from dataflow_core.spark.platform.tables import read_table, table_path
@@ -25,10 +26,8 @@ from tests.integration.test_backfill import (
 )
 from tests.integration.test_microbatch import in_warehouse
 
-REPO = Path(__file__).resolve().parents[2]
 PIPELINE, INPUT = "t_skip", "t_skip_in"
 POISON = "CASE WHEN v = 'boom' THEN raise_error('poison row') ELSE try_cast(v AS BIGINT) END"
-MODULE = f"from tests.integration.test_backfill import sessions_pipeline\nsessions_pipeline({PIPELINE!r}, {INPUT!r}, value={POISON!r})\n"
 VIEWS = [("u1", "ad1", 1, 60, 5, False), ("u1", "ad1", 1, 120, 5, False), ("u2", "ad2", 1, 300, 5, False),  # batch 0
          ("u1", "ad1", 1, 400, 200, False), ("u3", "ad1", 1, 500, 110, False),  # batch 1, with the poison row
          ("u1", "ad1", 1, 700, 300, False), ("u2", "ad2", 1, 650, 400, False)]  # after the skip
@@ -36,12 +35,13 @@ ROWS = to_rows(VIEWS)
 FIRST, SKIPPED, LATER = ROWS[:3], ROWS[3:5], ROWS[5:]
 
 
-def _skip_cli(warehouse: Path, modules: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
-           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "skip_pipelines"}
-    env.pop(CRASH_ENV, None)
-    return subprocess.run([sys.executable, "-m", "dataflow_core", "microbatch", "--pipeline", PIPELINE, *args],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=REPO)
+def _skip_cli(warehouse: Path, *args: str) -> tuple[int, str]:
+    """`dataflow microbatch --pipeline t_skip ARGS` through the CLI's entry point: its exit
+    code and what it printed."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = main(["microbatch", "--pipeline", PIPELINE, "--warehouse", str(warehouse), *args])
+    return code, out.getvalue()
 
 
 def _batches(spark, batch: int) -> list[dict]:
@@ -50,10 +50,7 @@ def _batches(spark, batch: int) -> list[dict]:
 
 
 def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(spark, tmp_path):
-    modules = tmp_path / "modules"
-    modules.mkdir()
-    (modules / "skip_pipelines.py").write_text(MODULE)
-    spec = sessions_pipeline(PIPELINE, INPUT, value=POISON)  # the same pipeline in this process
+    spec = sessions_pipeline(PIPELINE, INPUT, value=POISON)
     warehouse = tmp_path / "wh"
     at = lambda minutes: format_instant(DAY0 + minutes * M)  # noqa: E731
     with in_warehouse(spark, warehouse):
@@ -82,9 +79,9 @@ def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(s
             request_skip(spark, PIPELINE, 0)
         write_input(spark, INPUT, LATER, mode="append")  # arrives before the operator steps in
 
-    skipped = _skip_cli(warehouse, modules, "--skip-batch", "1", "--reason", "a value that raises", "--now", at(30))
-    assert skipped.returncode == 0, skipped.stdout + skipped.stderr
-    assert "batch 1 skipped by the operator: 3 rows quarantined" in skipped.stdout, skipped.stdout
+    code, printed = _skip_cli(warehouse, "--skip-batch", "1", "--reason", "a value that raises", "--now", at(30))
+    assert code == 0, printed
+    assert "batch 1 skipped by the operator: 3 rows quarantined" in printed, printed
 
     with in_warehouse(spark, warehouse):
         assert run_microbatch(spark, PIPELINE, now=at(120)).ledger_ok  # a tick: every window closes
