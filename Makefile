@@ -13,7 +13,8 @@
 #   make airflow-stop  - stop it: every process it started, task processes and Spark JVMs included
 #   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
 #   make docs   - the paper's figures (docs/figures/*.svg) from docs/figures/scenarios/*.yaml
-#   make lock   - re-resolve requirements.lock from pyproject.toml (needs network)
+#   make lock   - re-resolve requirements.lock from pyproject.toml, install it, and write the
+#                 Delta jars' lock from Ivy's resolution (needs network)
 #   make clean  - generated data and caches of tests; `make distclean` also .venv and .cache
 
 SHELL := /bin/bash
@@ -114,6 +115,8 @@ lock: $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(UV) pip compile pyproject.toml --all-extras --python-version $(PYTHON_VERSION) \
 		--python-platform x86_64-unknown-linux-gnu -o $(LOCK)
+	$(MAKE) $(VENV)/.ready
+	$(PY) -m dataflow_core.spark.platform.jars --lock
 
 clean:
 	rm -rf warehouse spark-warehouse metastore_db derby.log .pytest_cache .hypothesis build dist

@@ -73,6 +73,55 @@ def test_repository_that_never_answers_times_out_instead_of_hanging(tmp_path: Pa
         assert time.monotonic() - started < 30
 
 
+def _maven(tmp_path: Path, content: bytes) -> tuple[Path, jars.LockedJar]:
+    """A Maven repository folder holding one jar, and a lock entry for it (right hash)."""
+    import hashlib
+
+    jar = jars.LockedJar("org.example", "tiny-lib", "1.0.2", hashlib.sha256(content).hexdigest())
+    path = tmp_path / "repo" / "org" / "example" / "tiny-lib" / "1.0.2" / "tiny-lib-1.0.2.jar"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(content)
+    return tmp_path / "repo", jar
+
+
+def _lock(tmp_path: Path, jar: jars.LockedJar) -> Path:
+    import dataclasses
+    import json
+
+    lock = tmp_path / "delta-jars.lock"
+    lock.write_text(json.dumps({"coordinate": jars.delta_coordinate(), "jars": [dataclasses.asdict(jar)],
+                                "provided_by_spark": ["org.example:shipped:1.0"]}))
+    return lock
+
+
+def test_locked_jars_are_fetched_from_the_repository_and_checked(tmp_path: Path, monkeypatch):
+    repo, jar = _maven(tmp_path, b"PK\x03\x04 a jar")
+    monkeypatch.setattr(jars, "LOCK_FILE", _lock(tmp_path, jar))
+    manifest = jars.resolve_jars(cache=tmp_path / "cache", repository=repo.as_uri() + "/", timeout=30)
+    assert [Path(p).name for p in manifest.jars] == ["org.example_tiny-lib-1.0.2.jar"]
+    assert Path(manifest.jars[0]).read_bytes() == b"PK\x03\x04 a jar"
+    assert manifest.provided_by_spark == ["org.example:shipped:1.0"]
+    assert jars.read_manifest(tmp_path / "cache") == manifest
+
+
+def test_a_jar_that_is_not_what_the_lock_says_is_refused(tmp_path: Path, monkeypatch):
+    repo, jar = _maven(tmp_path, b"PK\x03\x04 a jar")
+    (repo / "org" / "example" / "tiny-lib" / "1.0.2" / "tiny-lib-1.0.2.jar").write_bytes(b"PK\x03\x04 tampered")
+    monkeypatch.setattr(jars, "LOCK_FILE", _lock(tmp_path, jar))
+    with pytest.raises(DataflowError, match=rf"tiny-lib-1.0.2.jar has sha256 \w+, but delta-jars.lock says {jar.sha256}"):
+        jars.resolve_jars(cache=tmp_path / "cache", repository=repo.as_uri() + "/", timeout=30)
+    assert not list((tmp_path / "cache" / "jars").iterdir()), "nothing unchecked is left in the cache"
+    assert not (tmp_path / "cache" / jars.MANIFEST_NAME).exists()
+
+
+def test_the_lock_is_the_coordinate_the_installed_packages_need():
+    """`make setup` fetches the locked jars only while the lock is for the installed pyspark
+    and delta-spark (else Ivy resolves): a lock left behind by an upgrade is caught here."""
+    coordinate, locked, _ = jars.read_lock()
+    assert coordinate == jars.delta_coordinate(), "run `make lock` after changing pyspark or delta-spark"
+    assert any(j.group == "io.delta" and j.artifact.startswith("delta-spark_") for j in locked)
+
+
 def test_session_loads_the_cached_jars_instead_of_resolving_packages(spark):
     manifest = jars.read_manifest()
     assert manifest is not None, "make setup did not cache the Delta jars"

@@ -3,8 +3,14 @@
 `delta-spark` on PyPI holds only the Python API; the engine is a set of JVM jars.
 Resolving them through `spark.jars.packages` on every Spark start costs tens of
 seconds and needs the network, so `make setup` (`python -m dataflow_core.spark.platform.jars`)
-resolves them once with Spark's own Ivy into `.cache/` and writes a manifest of the
-jar files; `get_spark` then passes those files as `spark.jars`.
+fetches them once into `.cache/` and writes a manifest of the jar files; `get_spark` then
+passes those files as `spark.jars`.
+
+What to fetch is pinned, as requirements.lock pins the Python packages: `delta-jars.lock`
+(beside this module) lists the jars Delta needs beyond those pyspark ships, each with its
+sha256, for one Delta coordinate. Those are downloaded straight from the repository, side by
+side, and checked. Without a lock for the installed coordinate (pyspark or delta-spark
+changed) Spark's own Ivy resolves the dependency tree, as `make lock` does to write the lock.
 
 The Maven artifact follows the installed pyspark: delta-spark 4.x publishes one
 artifact per Spark minor version, `io.delta:delta-spark_<spark major.minor>_2.13`.
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import hashlib
 import json
 import os
 import re
@@ -22,6 +29,9 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from importlib.metadata import version as installed_version
@@ -36,6 +46,7 @@ SCALA_VERSION = "2.13"
 DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2/"
 DEFAULT_TIMEOUT_S = 600.0
 MANIFEST_NAME = "delta-jars.json"
+LOCK_FILE = Path(__file__).with_name("delta-jars.lock")
 _SETUP_HINT = "run `make setup` on a machine that reaches Maven Central"
 
 
@@ -46,7 +57,25 @@ class JarManifest:
     coordinate: str
     repository: str
     jars: list[str]  # absolute paths passed to spark.jars
-    provided_by_spark: list[str]  # resolved but left out: pyspark already ships that artifact
+    provided_by_spark: list[str]  # coordinates left out: pyspark already ships that artifact
+
+
+@dataclass(frozen=True)
+class LockedJar:
+    """One jar of the lock: where it is in a Maven repository, and its content's hash."""
+
+    group: str
+    artifact: str
+    version: str
+    sha256: str
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.group}_{self.artifact}-{self.version}.jar"  # Ivy's retrieve pattern
+
+    def url(self, repository: str) -> str:
+        path = f"{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.artifact}-{self.version}.jar"
+        return repository.rstrip("/") + "/" + path
 
 
 def project_root() -> Path:
@@ -112,24 +141,116 @@ def resolve_jars(
     repository: str | None = None,
     timeout: float = DEFAULT_TIMEOUT_S,
     force: bool = False,
+    use_lock: bool = True,
 ) -> JarManifest:
-    """Resolve the Delta jars with Spark's Ivy into `cache` and write the manifest.
+    """Fetch the Delta jars into `cache` and write the manifest: the locked jars when the
+    lock is for the installed coordinate (and `use_lock`), else whatever Spark's Ivy resolves.
 
     Raises DataflowError (one line, says to run `make setup`) when the repository is
-    unreachable, the artifact is unknown or `timeout` seconds pass.
+    unreachable, the artifact is unknown, a jar is not what the lock says or `timeout`
+    seconds pass.
     """
     cache = (cache or cache_dir()).resolve()
     repository = repository or repository_url()
     coordinate = delta_coordinate()
     cache.mkdir(parents=True, exist_ok=True)
-    with _exclusive(cache / "delta-jars.lock"):
+    with _exclusive(cache / "delta-jars.flock"):
         manifest = None if force else read_manifest(cache)
         if manifest is not None:
             return manifest  # another process resolved them while we waited
-        output = _run_ivy(cache, repository, coordinate, timeout)
-        manifest = _manifest_from_ivy(cache / "ivy", coordinate, repository, output)
+        locked = read_lock() if use_lock else None
+        if locked is not None and locked[0] == coordinate:
+            manifest = _download(cache, repository, coordinate, locked[1], locked[2], timeout)
+        else:
+            output = _run_ivy(cache, repository, coordinate, timeout)
+            manifest = _manifest_from_ivy(cache / "ivy", coordinate, repository, output)
         (cache / MANIFEST_NAME).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
     return manifest
+
+
+def read_lock(path: Path | None = None) -> tuple[str, list[LockedJar], list[str]] | None:
+    """The lock's coordinate, its jars and the coordinates it leaves to pyspark; None when
+    there is no lock."""
+    path = path or LOCK_FILE
+    try:
+        lock = json.loads(path.read_text())
+    except OSError:
+        return None
+    except ValueError as exc:
+        raise DataflowError(f"{path} is not valid JSON ({exc}): write it again with `make lock`") from None
+    return lock["coordinate"], [LockedJar(**jar) for jar in lock["jars"]], lock["provided_by_spark"]
+
+
+def _download(cache: Path, repository: str, coordinate: str, locked: list[LockedJar], provided: list[str],
+              timeout: float) -> JarManifest:
+    """The locked jars, straight from the repository, side by side, each checked against
+    its sha256 before it takes its place."""
+    folder = cache / "jars"
+    folder.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout
+    started = time.monotonic()
+
+    def fetch(jar: LockedJar) -> str:
+        target = folder / jar.file_name
+        if target.is_file() and _sha256(target) == jar.sha256:
+            return str(target)
+        url = jar.url(repository)
+        partial = target.with_suffix(f".{os.getpid()}.part")
+        try:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            with urllib.request.urlopen(url, timeout=left) as response, open(partial, "wb") as out:
+                shutil.copyfileobj(response, out)
+        except (TimeoutError, OSError) as exc:
+            partial.unlink(missing_ok=True)
+            reason = getattr(exc, "reason", exc)
+            if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError) or "timed out" in str(reason):
+                raise _failure(coordinate, cache, repository, f"no answer within {timeout:.0f}s") from None
+            if isinstance(exc, urllib.error.HTTPError):
+                reason = f"{url}: HTTP {exc.code}"
+            raise _failure(coordinate, cache, repository, str(reason)[:200]) from None
+        got = _sha256(partial)
+        if got != jar.sha256:
+            partial.unlink(missing_ok=True)
+            raise _failure(coordinate, cache, repository,
+                           f"{url} has sha256 {got}, but {LOCK_FILE.name} says {jar.sha256}")
+        partial.replace(target)
+        return str(target)
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        jars = sorted(pool.map(fetch, locked))
+    print(f"fetched {len(jars)} locked jars of {coordinate} from {repository} in "
+          f"{time.monotonic() - started:.0f}s", file=sys.stderr)
+    return JarManifest(coordinate, repository, jars, list(provided))
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def write_lock(manifest: JarManifest, path: Path | None = None) -> None:
+    """The lock for an Ivy resolution's manifest: each jar's coordinate and sha256."""
+    path = path or LOCK_FILE
+    jars = []
+    for jar in map(Path, manifest.jars):
+        group, artifact, version = _coordinate_of(jar.name)
+        jars.append({"group": group, "artifact": artifact, "version": version, "sha256": _sha256(jar)})
+    lock = {"coordinate": manifest.coordinate, "jars": jars, "provided_by_spark": manifest.provided_by_spark}
+    path.write_text(json.dumps(lock, indent=2) + "\n")
+
+
+def _coordinate_of(file_name: str) -> tuple[str, str, str]:
+    """(group, artifact, version) of a jar named by Ivy's retrieve pattern, whose group has
+    no '_' and whose version starts with a digit."""
+    match = re.fullmatch(r"([^_]+)_(.+?)-(\d[^-]*(?:-[^-]+)*)\.jar", file_name)
+    if match is None:
+        raise DataflowError(f"cannot tell the Maven coordinate of jar {file_name}")
+    return match.group(1), match.group(2), match.group(3)
 
 
 def _failure(coordinate: str, cache: Path, repository: str, reason: str) -> DataflowError:
@@ -219,21 +340,18 @@ def _manifest_from_ivy(
     retrieved = sorted((ivy_dir / "jars").glob("*.jar"))
     if not retrieved:
         raise _failure(coordinate, ivy_dir.parent, repository, "Ivy retrieved no jar files")
-    artifact_of = {
-        f"{org}_{artifact}-{rev}": artifact
-        for org, artifact, rev in re.findall(r"found (\S+)#(\S+);(\S+) in", output)
-    }
+    found = {f"{org}_{artifact}-{rev}": (org, artifact, rev)
+             for org, artifact, rev in re.findall(r"found (\S+)#(\S+);(\S+) in", output)}
     shipped = {jar.name for jar in (spark_home() / "jars").glob("*.jar")}
     jars: list[str] = []
     provided: list[str] = []
     for jar in retrieved:
-        artifact = next(
-            (art for stem, art in artifact_of.items() if jar.name.startswith(stem)), None
-        )
-        in_spark = artifact is not None and any(
-            re.match(rf"{re.escape(artifact)}-\d", name) for name in shipped
-        )
-        (provided if in_spark else jars).append(str(jar))
+        org, artifact, rev = next((coord for stem, coord in found.items() if jar.name.startswith(stem)),
+                                  (None, None, None))
+        if artifact is not None and any(re.match(rf"{re.escape(artifact)}-\d", name) for name in shipped):
+            provided.append(f"{org}:{artifact}:{rev}")
+        else:
+            jars.append(str(jar))
     return JarManifest(coordinate, repository, jars, provided)
 
 
@@ -255,14 +373,21 @@ def main(argv: list[str] | None = None) -> int:
         description="Check Java and cache Delta Lake's jars for the installed pyspark.",
     )
     parser.add_argument("--force", action="store_true", help="resolve again even if cached")
+    parser.add_argument("--lock", action="store_true",
+                        help=f"resolve with Spark's Ivy and write {LOCK_FILE.name} from what it found (`make lock`)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds")
     args = parser.parse_args(argv)
     try:
         java = check_java()
         cache = cache_dir()
-        manifest = None if args.force else read_manifest(cache)
+        if args.lock:
+            print(f"resolving {delta_coordinate()} with Ivy into {cache} ...", file=sys.stderr)
+            manifest = resolve_jars(cache, timeout=args.timeout, force=True, use_lock=False)
+            write_lock(manifest)
+            print(f"wrote {LOCK_FILE}", file=sys.stderr)
+        manifest = None if args.force or args.lock else read_manifest(cache)
         if manifest is None:
-            print(f"resolving {delta_coordinate()} into {cache} ...", file=sys.stderr)
+            print(f"fetching {delta_coordinate()} into {cache} ...", file=sys.stderr)
             manifest = resolve_jars(cache, timeout=args.timeout, force=args.force)
     except DataflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
