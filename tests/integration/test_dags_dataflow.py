@@ -1,9 +1,14 @@
 """The pipeline DAGs (backfill, daily, micro-batch, maintenance) under the real Airflow:
-`airflow dags test` with a SQLite metadata DB, local Spark, Delta tables in a tmp warehouse.
+`airflow dags test` with a SQLite metadata DB, local Spark, Delta tables in tmp warehouses.
 
-One module-scoped Airflow home and one warehouse with a small sample (written through the
-shared Spark session) serve every test; each `airflow dags test` runs all of a DAG's tasks
-in one process, so Spark starts once per command.
+One module-scoped Airflow home serves every test, and every DAG run the tests look at is
+made by one Airflow process (`dag_runs`): Airflow's own command-line entry point
+(`airflow.__main__.main`, what the `airflow` executable runs) called once per `airflow dags
+test ...` command, in turn, each with its own warehouse in the environment, as a user's
+shell would run them one after another. Each command runs all of a DAG's tasks in that
+process; Spark starts with the first task that needs it and later commands' tasks find it
+running (and switch to their warehouse), as several tasks of one run always have. The
+warehouses are written first, through the test worker's shared Spark session.
 """
 
 from __future__ import annotations
@@ -11,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import sys
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
 from test_dags import (  # same folder: pytest puts it on sys.path
-    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run, dagbag_probe,
+    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run, _tail, dagbag_probe,
 )
 
 pytestmark = pytest.mark.integration
@@ -57,15 +64,94 @@ def sample_wh(spark, tmp_path_factory) -> Path:
     return path
 
 
-def dags_test(airflow_home: Path, log_dir: Path, dag_id: str, *args: str, conf=None,
-              expect_success=True, timeout=DAG_TEST_TIMEOUT_S, **env: str):
-    command = [str(AIRFLOW), "dags", "test", dag_id, *args]
-    if conf is not None:
-        command += ["--conf", json.dumps(conf)]
-    env.setdefault("DATAFLOW_SPARK_MASTER", "local[2]")
-    log = log_dir / f"{dag_id}-{len(list(log_dir.glob('*.log')))}.log"
-    return _run(f"airflow dags test {dag_id}", command, _airflow_env(airflow_home, **env), timeout, log,
-                expect_success=expect_success)
+@pytest.fixture(scope="module")
+def live_wh(spark, tmp_path_factory) -> Path:
+    """A warehouse of its own for micro-batches (no backfill has written its pane logs)."""
+    path = tmp_path_factory.mktemp("live_warehouse")
+    _sample(spark, path, rows=800)
+    return path
+
+
+@dataclass(frozen=True)
+class DagRun:
+    """One `airflow dags test` command of `dag_runs`: its exit code and what it printed."""
+
+    code: int
+    stdout: str
+    warehouse: Path
+    facts: dict = field(default_factory=dict)  # what the fixture saw before the command ran
+
+
+# Every command of `dag_runs` in turn: Airflow's entry point, as the `airflow` executable
+# calls it, with that command's arguments and environment; its output framed by two lines.
+DAG_SEQUENCE = """
+import json, os, sys
+from airflow.__main__ import main
+for name, argv, env in json.loads(sys.argv[1]):
+    os.environ.update(env)
+    sys.argv = ["airflow", *argv]
+    print(f"=== command {name} starts", flush=True)
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(f"=== command {name} exits {code}", flush=True)
+    for key in env:
+        del os.environ[key]
+"""
+
+
+@pytest.fixture(scope="module")
+def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[str, DagRun]:
+    """The DAG runs the tests look at, by name, made by one Airflow process (see the module
+    docstring). The first needs no Spark and must not start it; the backfill's day comes
+    before the daily DAG's run of the same day."""
+    from deltalake import DeltaTable
+
+    from dataflow_core.spark.jobs.backfill import run_backfill
+    from tests.integration.test_microbatch import in_warehouse
+
+    base = tmp_path_factory.mktemp("dag_runs")
+    bad = base / "bad_warehouse"
+    _sample(spark, bad, rows=2000, malformed_share=0.25)
+    maintained = _with_input_of(sample_wh, base / "maintained")
+    with in_warehouse(spark, maintained):  # billing's output, from a backfill here
+        assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
+    facts = {"maintenance": {"billing_rows": DeltaTable(str(maintained / "billing")).to_pyarrow_table().num_rows}}
+    (base / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
+
+    def test(dag_id: str, warehouse: Path, *args: str, conf=None) -> tuple[list[str], dict[str, str], Path]:
+        argv = ["dags", "test", dag_id, *args] + (["--conf", json.dumps(conf)] if conf is not None else [])
+        return argv, {"DATAFLOW_WAREHOUSE": str(warehouse)}, warehouse
+
+    day = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02"}
+    commands = {
+        "refused": test("dataflow_backfill", base / "empty", conf={}),
+        "backfill": test("dataflow_backfill", sample_wh,
+                         conf={"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-03", "days_at_once": 2}),
+        "bad_input": test("dataflow_backfill", bad, conf=day),
+        "daily": test("dataflow_daily__billing", sample_wh, "2024-05-02T00:00:00+00:00"),
+        "maintenance": test("dataflow_maintenance", maintained),
+        "microbatch": test("dataflow_microbatch__ad_sessions", live_wh),
+        "broken_microbatch": test("dataflow_microbatch__broken_counts", live_wh),
+    }
+    # The broken pipeline is one more registered pipeline for all of them (the registry
+    # reads $DATAFLOW_PIPELINES once per process).
+    env = _airflow_env(airflow_home, DATAFLOW_SPARK_MASTER="local[2]", DATAFLOW_PIPELINES="broken_pipeline",
+                       PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1")
+    sequence = json.dumps([(name, argv, extra) for name, (argv, extra, _) in commands.items()])
+    log = base / "dag-runs.log"
+    out = _run("airflow dags test (each DAG run in turn)", [sys.executable, "-c", DAG_SEQUENCE, sequence],
+               env, DAG_TEST_TIMEOUT_S, log).stdout
+    runs = {}
+    for name, (_, _, warehouse) in commands.items():
+        found = re.search(rf"^=== command {name} starts\n(.*?)^=== command {name} exits (-?\d+)$", out, re.S | re.M)
+        assert found, f"no output of command {name} (full output: {log}); tail:\n{_tail(out)}"
+        runs[name] = DagRun(int(found.group(2)), found.group(1), warehouse, facts.get(name, {}))
+    return runs
 
 
 def returned(output: str, task_id: str) -> str:
@@ -77,14 +163,12 @@ def returned(output: str, task_id: str) -> str:
     return "\n".join(lines)
 
 
-def test_backfill_dag_runs_every_day_and_gates_the_output(airflow_home, sample_wh, tmp_path, spark):
+def test_backfill_dag_runs_every_day_and_gates_the_output(dag_runs, sample_wh):
     from deltalake import DeltaTable
 
-    conf = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-03", "days_at_once": 2}
-    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", conf=conf,
-                       DATAFLOW_WAREHOUSE=str(sample_wh))
-    out = result.stdout
-    assert _dag_run_state(out) == "success"
+    run = dag_runs["backfill"]
+    out = run.stdout
+    assert run.code == 0 and _dag_run_state(out) == "success"
     assert "backfill billing over [2024-05-01, 2024-05-03): 2 day(s), batch, 2 day(s) at once" in out
     assert "suite billing_input: PASSED" in out
     assert "suite billing_panes: PASSED" in out and "suite billing_results: PASSED" in out
@@ -104,13 +188,11 @@ def test_backfill_dag_runs_every_day_and_gates_the_output(airflow_home, sample_w
     assert f"Data Docs: {docs}" in out and docs.is_file()
 
 
-def test_a_request_a_schema_cannot_refuse_fails_the_first_task(airflow_home, tmp_path):
+def test_a_request_a_schema_cannot_refuse_fails_the_first_task(dag_runs):
     """A request whose input table is missing: check_request fails the run before Spark starts
     (the checks themselves: test_backfill_requests_a_schema_cannot_refuse_are_refused)."""
-    empty = tmp_path / "empty"
-    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", conf={}, expect_success=False,
-                       DATAFLOW_WAREHOUSE=str(empty))
-    assert _dag_run_state(result.stdout) == "failed"
+    result = dag_runs["refused"]
+    assert result.code != 0 and _dag_run_state(result.stdout) == "failed"
     assert "FAILED: input table 'video_events' not found in warehouse" in result.stdout
     assert "JVM" not in result.stdout and "SparkSession" not in result.stdout  # no Spark started
     assert "Starting Spark" not in result.stdout
@@ -166,16 +248,12 @@ def test_backfill_form_refuses_values_of_the_wrong_shape(dagbag):
     assert refusals[-1] is None, "a good request passes"
 
 
-def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(airflow_home, spark, tmp_path):
+def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(dag_runs):
     from deltalake import DeltaTable
 
-    bad = tmp_path / "bad_warehouse"
-    _sample(spark, bad, rows=2000, malformed_share=0.25)
-    result = dags_test(airflow_home, tmp_path, "dataflow_backfill", expect_success=False,
-                       conf={"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02"},
-                       DATAFLOW_WAREHOUSE=str(bad))
-    out = result.stdout
-    assert _dag_run_state(out) == "failed"
+    result = dag_runs["bad_input"]
+    bad, out = result.warehouse, result.stdout
+    assert result.code != 0 and _dag_run_state(out) == "failed"
     failed = next(line for line in out.splitlines() if "FAILED: input gate on video_events FAILED" in line)
     assert re.search(r"user_id_not_null \(\d+ of \d+ rows\)", failed)
     assert re.search(r"[\d,]+ rows quarantined in billing__quarantine", failed)
@@ -186,31 +264,23 @@ def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(airflow_h
     assert not (bad / "billing_panes").exists()  # no day ran
 
 
-def test_daily_dag_backfills_its_data_interval(airflow_home, sample_wh, tmp_path):
-    result = dags_test(airflow_home, tmp_path, "dataflow_daily__billing", "2024-05-02T00:00:00+00:00",
-                       DATAFLOW_WAREHOUSE=str(sample_wh))
+def test_daily_dag_backfills_its_data_interval(dag_runs):
+    result = dag_runs["daily"]
     out = result.stdout
-    assert _dag_run_state(out) == "success"
+    assert result.code == 0 and _dag_run_state(out) == "success"
     assert "range [2024-05-01T00:00:00Z, 2024-05-02T00:00:00Z) of table video_events" in out
     assert "backfill billing [2024-05-01, 2024-05-02) batch" in out
     assert "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s)" in out
 
 
-def test_maintenance_dag_optimizes_and_vacuums(airflow_home, sample_wh, tmp_path, spark):
-    """On a warehouse of its own, with billing's output from a backfill here (no other test
-    need run first: `make test` spreads tests over workers)."""
+def test_maintenance_dag_optimizes_and_vacuums(dag_runs):
+    """On a warehouse of its own, with billing's output from a backfill through the shared
+    session (`dag_runs`)."""
     from deltalake import DeltaTable
 
-    from dataflow_core.spark.jobs.backfill import run_backfill
-    from tests.integration.test_microbatch import in_warehouse
-
-    warehouse = _with_input_of(sample_wh, tmp_path)
-    with in_warehouse(spark, warehouse):
-        assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
-    before = DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows
-    result = dags_test(airflow_home, tmp_path, "dataflow_maintenance", DATAFLOW_WAREHOUSE=str(warehouse))
-    out = result.stdout
-    assert _dag_run_state(out) == "success"
+    result = dag_runs["maintenance"]
+    warehouse, out, before = result.warehouse, result.stdout, result.facts["billing_rows"]
+    assert result.code == 0 and _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out
     history = DeltaTable(str(warehouse / "billing_panes")).history()
@@ -264,20 +334,12 @@ register(PipelineSpec(
 '''
 
 
-@pytest.fixture(scope="module")
-def live_wh(spark, tmp_path_factory) -> Path:
-    """A warehouse of its own for micro-batches (no backfill has written its pane logs)."""
-    path = tmp_path_factory.mktemp("live_warehouse")
-    _sample(spark, path, rows=800)
-    return path
-
-
-def test_microbatch_dag_gates_the_panes_the_batch_wrote(airflow_home, live_wh, tmp_path):
+def test_microbatch_dag_gates_the_panes_the_batch_wrote(dag_runs, live_wh):
     from dataflow_core.query import query
 
-    result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__ad_sessions", DATAFLOW_WAREHOUSE=str(live_wh))
+    result = dag_runs["microbatch"]
     out = result.stdout
-    assert _dag_run_state(out) == "success"
+    assert result.code == 0 and _dag_run_state(out) == "success"
     assert "batches written: batch-0" in out
     # Both stages' gates checked the panes the batch wrote (run id batch-N), not 0 rows.
     for table in ("ad_sessions_panes", "ad_short_sessions_panes"):
@@ -288,15 +350,12 @@ def test_microbatch_dag_gates_the_panes_the_batch_wrote(airflow_home, live_wh, t
         assert f"suite {table}: PASSED" in out
 
 
-def test_a_micro_batch_that_writes_a_broken_pane_fails_its_gate(airflow_home, live_wh, tmp_path):
+def test_a_micro_batch_that_writes_a_broken_pane_fails_its_gate(dag_runs, live_wh):
     from dataflow_core.query import query
 
-    (tmp_path / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
-    result = dags_test(airflow_home, tmp_path, "dataflow_microbatch__broken_counts", expect_success=False,
-                       DATAFLOW_WAREHOUSE=str(live_wh), DATAFLOW_PIPELINES="broken_pipeline",
-                       PYTHONPATH=f"{tmp_path}:{ROOT}")
+    result = dag_runs["broken_microbatch"]
     out = result.stdout
-    assert _dag_run_state(out) == "failed"
+    assert result.code != 0 and _dag_run_state(out) == "failed"
     failed = [line for line in out.splitlines() if "FAILED: panes gate on broken_counts_panes FAILED" in line]
     assert failed and re.search(r"value_possible \(\d+ of \d+ rows\)", failed[0]), out[-3000:]
     panes = query("SELECT count(*) AS n FROM broken_counts_panes", str(live_wh)).table.to_pylist()[0]["n"]
