@@ -2,16 +2,19 @@
 
 Every Airflow command runs in a subprocess with its own AIRFLOW_HOME (a tmp dir holding
 a SQLite DB made by `airflow db migrate`), so nothing leaks into the pytest process or
-into the developer's ~/airflow.
+into the developer's ~/airflow. A module's `airflow dags test` commands run in one such
+process, in turn (`dags_tests`): Airflow and Spark start once for all of them.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 
@@ -72,6 +75,57 @@ def _run(
             f"{_tail(result.stdout)}"
         )
     return result
+
+
+@dataclass(frozen=True)
+class DagsTest:
+    """One `airflow dags test` command of `dags_tests`: its exit code and what it printed."""
+
+    code: int
+    stdout: str
+    facts: dict = field(default_factory=dict)  # what the caller noted before it ran
+
+
+# Each command of `dags_tests` in turn: Airflow's entry point, as the `airflow` executable
+# calls it, with that command's arguments and environment; its output framed by two lines.
+DAGS_TESTS = """
+import json, os, sys, traceback
+from airflow.__main__ import main
+for name, argv, env in json.loads(sys.argv[1]):
+    os.environ.update(env)
+    sys.argv = ["airflow", *argv]
+    print(f"=== command {name} starts", flush=True)
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except Exception:  # what the command would die of, as it would print it
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    print(f"=== command {name} exits {code}", flush=True)
+    for key in env:
+        del os.environ[key]
+"""
+
+
+def dags_tests(commands: dict[str, tuple[list[str], dict[str, str]]], env: dict[str, str],
+               log: Path) -> dict[str, DagsTest]:
+    """`airflow dags test ARGS` for each (ARGS, extra environment) of `commands`, in turn,
+    in one Airflow process with `env`: its DAG runs' tasks run in that process, so Spark
+    starts with the first task that needs it and later commands' tasks find it running, as
+    the tasks of one run always do. Each command's exit code and output, by name."""
+    sequence = json.dumps([(name, ["dags", "test", *argv], extra) for name, (argv, extra) in commands.items()])
+    out = _run("airflow dags test (each command in turn)", [sys.executable, "-c", DAGS_TESTS, sequence],
+               {**env, "PYTHONUNBUFFERED": "1"}, DAG_TEST_TIMEOUT_S, log).stdout
+    runs = {}
+    for name in commands:
+        found = re.search(rf"^=== command {name} starts\n(.*?)^=== command {name} exits (-?\d+)$", out, re.S | re.M)
+        assert found, f"no output of command {name} (full output: {log}); tail:\n{_tail(out)}"
+        runs[name] = DagsTest(int(found.group(2)), found.group(1))
+    return runs
 
 
 def _dag_run_state(output: str) -> str:
@@ -187,69 +241,63 @@ def test_dagbag_loads_every_dag_without_errors(dagbag):
     assert dagbag["spark_imported"] is False
 
 
-def test_dags_test_runs_the_demo_job_into_delta(airflow_home, tmp_path):
+@pytest.fixture(scope="module")
+def demo_runs(airflow_home, tmp_path_factory) -> tuple[dict[str, DagsTest], Path]:
+    """The demo DAG's `airflow dags test` commands, in one Airflow process: a run into
+    Delta, a run the job refuses, and a conf the form refuses; and their folder."""
+    base = tmp_path_factory.mktemp("demo_runs")
+    conf = {"rows": 2000, "seed": 7, "window": "30m", "master": "local[2]", "warehouse": str(base / "warehouse")}
+    # The form accepts any whole seed; the job refuses one beyond 64 bits, before Spark starts.
+    failing = {"seed": 2**64, "master": "local[1]", "warehouse": str(base / "wh")}
+    commands = {
+        "bad_params": (["dataflow_demo", "--conf", json.dumps(BAD_DEMO_PARAMS[-1][0])], {}),
+        "failing": (["dataflow_demo", "--conf", json.dumps(failing)], {}),
+        # $DATAFLOW_WAREHOUSE is what the run must NOT use: its conf wins.
+        "demo": (["dataflow_demo", "--conf", json.dumps(conf)], {"DATAFLOW_WAREHOUSE": str(base / "env-warehouse")}),
+    }
+    return dags_tests(commands, _airflow_env(airflow_home), base / "dags-tests.log"), base
+
+
+def test_dags_test_runs_the_demo_job_into_delta(demo_runs):
     from deltalake import DeltaTable
 
     from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
 
-    warehouse = tmp_path / "warehouse"
-    env_warehouse = tmp_path / "env-warehouse"  # what the run must NOT use: conf wins
-    conf = {
-        "rows": 2000, "seed": 7, "window": "30m", "master": "local[2]",
-        "warehouse": str(warehouse),
-    }
-    env = _airflow_env(airflow_home, DATAFLOW_WAREHOUSE=str(env_warehouse))
-
-    result = _run(
-        "airflow dags test",
-        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
-        env, DAG_TEST_TIMEOUT_S, tmp_path / "dags-test.log",
-    )
-
-    assert _dag_run_state(result.stdout) == "success"
+    runs, base = demo_runs
+    result, warehouse = runs["demo"], base / "warehouse"
+    assert result.code == 0 and _dag_run_state(result.stdout) == "success"
     assert "in = accepted + quarantined + dropped as late" in result.stdout  # the job's ledger
-    assert not env_warehouse.exists(), "the run used $DATAFLOW_WAREHOUSE instead of its conf"
+    assert not (base / "env-warehouse").exists(), "the run used $DATAFLOW_WAREHOUSE instead of its conf"
     for table in (INPUT_TABLE, OUTPUT_TABLE):
         assert (warehouse / table / "_delta_log").is_dir(), f"no Delta table {table} in {warehouse}"
 
     # Read back with delta-rs, an independent Delta reader: the params reached the job.
     events = DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table()
-    assert events.num_rows == conf["rows"]
+    assert events.num_rows == 2000
     counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table().to_pylist()
     assert counts, f"{OUTPUT_TABLE} is empty"
-    assert 0 < sum(row["views"] for row in counts) <= conf["rows"]
+    assert 0 < sum(row["views"] for row in counts) <= 2000
     sizes = {row["window_end"] - row["window_start"] for row in counts}
     assert sizes == {timedelta(minutes=30)}, f"window sizes in {OUTPUT_TABLE}: {sizes}"
 
 
-def test_a_failing_job_fails_the_dag_run(airflow_home, tmp_path):
-    # The form accepts any whole seed; the job refuses one beyond 64 bits, before Spark starts.
-    conf = {"seed": 2**64, "master": "local[1]", "warehouse": str(tmp_path / "wh")}
-    result = _run(
-        "airflow dags test",
-        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
-        _airflow_env(airflow_home), DAG_TEST_TIMEOUT_S, tmp_path / "dags-test.log",
-        expect_success=False,
-    )
-    assert _dag_run_state(result.stdout) == "failed"
+def test_a_failing_job_fails_the_dag_run(demo_runs):
+    runs, base = demo_runs
+    result = runs["failing"]
+    assert result.code != 0 and _dag_run_state(result.stdout) == "failed"
     assert "jobs.demo_job would refuse its parameters: invalid sample parameter seed" in result.stdout
-    assert not (tmp_path / "wh").exists()
+    assert not (base / "wh").exists()
 
 
-def test_the_form_refuses_bad_demo_params_before_a_run_exists(dagbag, airflow_home, tmp_path):
+def test_the_form_refuses_bad_demo_params_before_a_run_exists(dagbag, demo_runs):
     refusals = dagbag["refusals"]["dataflow_demo"]
     for (_, param, reason), refused in zip(BAD_DEMO_PARAMS, refusals):
         assert refused and f"Invalid input for param {param}: {reason}" in refused, refused
     assert refusals[-1] is None, "a good value passes"
     # The command line refuses the same way, before a run exists.
-    conf, param, reason = BAD_DEMO_PARAMS[-1]
-    result = _run(
-        "airflow dags test",
-        [str(AIRFLOW), "dags", "test", "dataflow_demo", "--conf", json.dumps(conf)],
-        _airflow_env(airflow_home), MIGRATE_TIMEOUT_S, tmp_path / "dags-test.log",
-        expect_success=False,
-    )
-    assert f"Invalid input for param {param}: {reason}" in result.stdout
+    _, param, reason = BAD_DEMO_PARAMS[-1]
+    result = demo_runs[0]["bad_params"]
+    assert result.code != 0 and f"Invalid input for param {param}: {reason}" in result.stdout
     assert "DagRun Finished" not in result.stdout
 
 

@@ -16,14 +16,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import sys
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from test_dags import (  # same folder: pytest puts it on sys.path
-    AIRFLOW, DAG_TEST_TIMEOUT_S, MIGRATE_TIMEOUT_S, ROOT, _airflow_env, _dag_run_state, _run, _tail, dagbag_probe,
+    AIRFLOW, MIGRATE_TIMEOUT_S, ROOT, DagsTest, _airflow_env, _dag_run_state, _run, dagbag_probe, dags_tests,
 )
 
 pytestmark = pytest.mark.integration
@@ -72,40 +71,8 @@ def live_wh(spark, tmp_path_factory) -> Path:
     return path
 
 
-@dataclass(frozen=True)
-class DagRun:
-    """One `airflow dags test` command of `dag_runs`: its exit code and what it printed."""
-
-    code: int
-    stdout: str
-    warehouse: Path
-    facts: dict = field(default_factory=dict)  # what the fixture saw before the command ran
-
-
-# Every command of `dag_runs` in turn: Airflow's entry point, as the `airflow` executable
-# calls it, with that command's arguments and environment; its output framed by two lines.
-DAG_SEQUENCE = """
-import json, os, sys
-from airflow.__main__ import main
-for name, argv, env in json.loads(sys.argv[1]):
-    os.environ.update(env)
-    sys.argv = ["airflow", *argv]
-    print(f"=== command {name} starts", flush=True)
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    print(f"=== command {name} exits {code}", flush=True)
-    for key in env:
-        del os.environ[key]
-"""
-
-
 @pytest.fixture(scope="module")
-def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[str, DagRun]:
+def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[str, DagsTest]:
     """The DAG runs the tests look at, by name, made by one Airflow process (see the module
     docstring). The first needs no Spark and must not start it; the backfill's day comes
     before the daily DAG's run of the same day."""
@@ -120,12 +87,14 @@ def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[
     maintained = _with_input_of(sample_wh, base / "maintained")
     with in_warehouse(spark, maintained):  # billing's output, from a backfill here
         assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
-    facts = {"maintenance": {"billing_rows": DeltaTable(str(maintained / "billing")).to_pyarrow_table().num_rows}}
+    facts = {"maintenance": {"billing_rows": DeltaTable(str(maintained / "billing")).to_pyarrow_table().num_rows,
+                             "warehouse": maintained},
+             "bad_input": {"warehouse": bad}}
     (base / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
 
-    def test(dag_id: str, warehouse: Path, *args: str, conf=None) -> tuple[list[str], dict[str, str], Path]:
-        argv = ["dags", "test", dag_id, *args] + (["--conf", json.dumps(conf)] if conf is not None else [])
-        return argv, {"DATAFLOW_WAREHOUSE": str(warehouse)}, warehouse
+    def test(dag_id: str, warehouse: Path, *args: str, conf=None) -> tuple[list[str], dict[str, str]]:
+        argv = [dag_id, *args] + (["--conf", json.dumps(conf)] if conf is not None else [])
+        return argv, {"DATAFLOW_WAREHOUSE": str(warehouse)}
 
     day = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02"}
     commands = {
@@ -142,16 +111,8 @@ def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[
     # reads $DATAFLOW_PIPELINES once per process).
     env = _airflow_env(airflow_home, DATAFLOW_SPARK_MASTER="local[2]", DATAFLOW_PIPELINES="broken_pipeline",
                        PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1")
-    sequence = json.dumps([(name, argv, extra) for name, (argv, extra, _) in commands.items()])
-    log = base / "dag-runs.log"
-    out = _run("airflow dags test (each DAG run in turn)", [sys.executable, "-c", DAG_SEQUENCE, sequence],
-               env, DAG_TEST_TIMEOUT_S, log).stdout
-    runs = {}
-    for name, (_, _, warehouse) in commands.items():
-        found = re.search(rf"^=== command {name} starts\n(.*?)^=== command {name} exits (-?\d+)$", out, re.S | re.M)
-        assert found, f"no output of command {name} (full output: {log}); tail:\n{_tail(out)}"
-        runs[name] = DagRun(int(found.group(2)), found.group(1), warehouse, facts.get(name, {}))
-    return runs
+    runs = dags_tests(commands, env, base / "dags-tests.log")
+    return {name: replace(run, facts=facts.get(name, {})) for name, run in runs.items()}
 
 
 def returned(output: str, task_id: str) -> str:
@@ -252,7 +213,7 @@ def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(dag_runs)
     from deltalake import DeltaTable
 
     result = dag_runs["bad_input"]
-    bad, out = result.warehouse, result.stdout
+    bad, out = result.facts["warehouse"], result.stdout
     assert result.code != 0 and _dag_run_state(out) == "failed"
     failed = next(line for line in out.splitlines() if "FAILED: input gate on video_events FAILED" in line)
     assert re.search(r"user_id_not_null \(\d+ of \d+ rows\)", failed)
@@ -279,7 +240,7 @@ def test_maintenance_dag_optimizes_and_vacuums(dag_runs):
     from deltalake import DeltaTable
 
     result = dag_runs["maintenance"]
-    warehouse, out, before = result.warehouse, result.stdout, result.facts["billing_rows"]
+    warehouse, out, before = result.facts["warehouse"], result.stdout, result.facts["billing_rows"]
     assert result.code == 0 and _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out
