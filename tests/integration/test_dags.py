@@ -14,7 +14,7 @@ import re
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -83,7 +83,6 @@ class DagsTest:
 
     code: int
     stdout: str
-    facts: dict = field(default_factory=dict)  # what the caller noted before it ran
 
 
 # Each command of `dags_tests` in turn: Airflow's entry point, as the `airflow` executable
@@ -92,6 +91,7 @@ DAGS_TESTS = """
 import json, os, sys, traceback
 from airflow.__main__ import main
 for name, argv, env in json.loads(sys.argv[1]):
+    saved = {key: os.environ.get(key) for key in env}
     os.environ.update(env)
     sys.argv = ["airflow", *argv]
     print(f"=== command {name} starts", flush=True)
@@ -106,8 +106,11 @@ for name, argv, env in json.loads(sys.argv[1]):
     sys.stdout.flush()
     sys.stderr.flush()
     print(f"=== command {name} exits {code}", flush=True)
-    for key in env:
-        del os.environ[key]
+    for key, value in saved.items():  # the next command sees the environment it was given
+        if value is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = value
 """
 
 

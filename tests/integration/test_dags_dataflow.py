@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -72,24 +71,34 @@ def live_wh(spark, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[str, DagsTest]:
-    """The DAG runs the tests look at, by name, made by one Airflow process (see the module
-    docstring). The first needs no Spark and must not start it; the backfill's day comes
-    before the daily DAG's run of the same day."""
+def bad_wh(spark, tmp_path_factory) -> Path:
+    """A warehouse whose sample has a quarter of its rows malformed."""
+    path = tmp_path_factory.mktemp("bad_warehouse")
+    _sample(spark, path, rows=2000, malformed_share=0.25)
+    return path
+
+
+@pytest.fixture(scope="module")
+def maintained_wh(spark, sample_wh, tmp_path_factory) -> tuple[Path, int]:
+    """A warehouse of its own with billing's output from a backfill through the shared
+    session, for the maintenance DAG; and the row count of its results table."""
     from deltalake import DeltaTable
 
     from dataflow_core.spark.jobs.backfill import run_backfill
     from tests.integration.test_microbatch import in_warehouse
 
-    base = tmp_path_factory.mktemp("dag_runs")
-    bad = base / "bad_warehouse"
-    _sample(spark, bad, rows=2000, malformed_share=0.25)
-    maintained = _with_input_of(sample_wh, base / "maintained")
-    with in_warehouse(spark, maintained):  # billing's output, from a backfill here
+    warehouse = _with_input_of(sample_wh, tmp_path_factory.mktemp("maintained"))
+    with in_warehouse(spark, warehouse):
         assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
-    facts = {"maintenance": {"billing_rows": DeltaTable(str(maintained / "billing")).to_pyarrow_table().num_rows,
-                             "warehouse": maintained},
-             "bad_input": {"warehouse": bad}}
+    return warehouse, DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows
+
+
+@pytest.fixture(scope="module")
+def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_factory) -> dict[str, DagsTest]:
+    """The DAG runs the tests look at, by name, made by one Airflow process (see the module
+    docstring). The first needs no Spark and must not start it; the backfill's day comes
+    before the daily DAG's run of the same day."""
+    base = tmp_path_factory.mktemp("dag_runs")
     (base / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
 
     def test(dag_id: str, warehouse: Path, *args: str, conf=None) -> tuple[list[str], dict[str, str]]:
@@ -101,9 +110,9 @@ def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[
         "refused": test("dataflow_backfill", base / "empty", conf={}),
         "backfill": test("dataflow_backfill", sample_wh,
                          conf={"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-03", "days_at_once": 2}),
-        "bad_input": test("dataflow_backfill", bad, conf=day),
+        "bad_input": test("dataflow_backfill", bad_wh, conf=day),
         "daily": test("dataflow_daily__billing", sample_wh, "2024-05-02T00:00:00+00:00"),
-        "maintenance": test("dataflow_maintenance", maintained),
+        "maintenance": test("dataflow_maintenance", maintained_wh[0]),
         "microbatch": test("dataflow_microbatch__ad_sessions", live_wh),
         "broken_microbatch": test("dataflow_microbatch__broken_counts", live_wh),
     }
@@ -111,8 +120,7 @@ def dag_runs(airflow_home, spark, sample_wh, live_wh, tmp_path_factory) -> dict[
     # reads $DATAFLOW_PIPELINES once per process).
     env = _airflow_env(airflow_home, DATAFLOW_SPARK_MASTER="local[2]", DATAFLOW_PIPELINES="broken_pipeline",
                        PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1")
-    runs = dags_tests(commands, env, base / "dags-tests.log")
-    return {name: replace(run, facts=facts.get(name, {})) for name, run in runs.items()}
+    return dags_tests(commands, env, base / "dags-tests.log")
 
 
 def returned(output: str, task_id: str) -> str:
@@ -209,11 +217,11 @@ def test_backfill_form_refuses_values_of_the_wrong_shape(dagbag):
     assert refusals[-1] is None, "a good request passes"
 
 
-def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(dag_runs):
+def test_a_bad_input_fails_the_input_gate_quarantines_rows_and_the_run(dag_runs, bad_wh):
     from deltalake import DeltaTable
 
     result = dag_runs["bad_input"]
-    bad, out = result.facts["warehouse"], result.stdout
+    bad, out = bad_wh, result.stdout
     assert result.code != 0 and _dag_run_state(out) == "failed"
     failed = next(line for line in out.splitlines() if "FAILED: input gate on video_events FAILED" in line)
     assert re.search(r"user_id_not_null \(\d+ of \d+ rows\)", failed)
@@ -234,13 +242,12 @@ def test_daily_dag_backfills_its_data_interval(dag_runs):
     assert "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s)" in out
 
 
-def test_maintenance_dag_optimizes_and_vacuums(dag_runs):
-    """On a warehouse of its own, with billing's output from a backfill through the shared
-    session (`dag_runs`)."""
+def test_maintenance_dag_optimizes_and_vacuums(dag_runs, maintained_wh):
+    """On a warehouse of its own, with billing's output from a backfill (`maintained_wh`)."""
     from deltalake import DeltaTable
 
     result = dag_runs["maintenance"]
-    warehouse, out, before = result.facts["warehouse"], result.stdout, result.facts["billing_rows"]
+    (warehouse, before), out = maintained_wh, result.stdout
     assert result.code == 0 and _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out

@@ -197,19 +197,18 @@ def _download(cache: Path, repository: str, coordinate: str, locked: list[Locked
         url = jar.url(repository)
         partial = target.with_suffix(f".{os.getpid()}.part")
         try:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError
-            with urllib.request.urlopen(url, timeout=left) as response, open(partial, "wb") as out:
+            with urllib.request.urlopen(url, timeout=max(deadline - time.monotonic(), 0.001)) as response, \
+                    open(partial, "wb") as out:
                 shutil.copyfileobj(response, out)
-        except (TimeoutError, OSError) as exc:
+        except OSError as exc:  # URLError and HTTPError are OSErrors, socket timeouts too
             partial.unlink(missing_ok=True)
-            reason = getattr(exc, "reason", exc)
-            if isinstance(exc, TimeoutError) or isinstance(reason, TimeoutError) or "timed out" in str(reason):
-                raise _failure(coordinate, cache, repository, f"no answer within {timeout:.0f}s") from None
             if isinstance(exc, urllib.error.HTTPError):
                 reason = f"{url}: HTTP {exc.code}"
-            raise _failure(coordinate, cache, repository, str(reason)[:200]) from None
+            else:
+                reason = str(getattr(exc, "reason", exc))
+                if isinstance(exc, TimeoutError) or "timed out" in reason:
+                    reason = f"no answer within {timeout:.0f}s"
+            raise _failure(coordinate, cache, repository, reason[:200]) from None
         got = _sha256(partial)
         if got != jar.sha256:
             partial.unlink(missing_ok=True)
@@ -380,15 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         java = check_java()
         cache = cache_dir()
-        if args.lock:
+        if args.lock:  # Ivy's resolution is the manifest too: nothing to fetch again
             print(f"resolving {delta_coordinate()} with Ivy into {cache} ...", file=sys.stderr)
             manifest = resolve_jars(cache, timeout=args.timeout, force=True, use_lock=False)
             write_lock(manifest)
             print(f"wrote {LOCK_FILE}", file=sys.stderr)
-        manifest = None if args.force or args.lock else read_manifest(cache)
-        if manifest is None:
-            print(f"fetching {delta_coordinate()} into {cache} ...", file=sys.stderr)
-            manifest = resolve_jars(cache, timeout=args.timeout, force=args.force)
+        else:
+            manifest = None if args.force else read_manifest(cache)
+            if manifest is None:
+                print(f"fetching {delta_coordinate()} into {cache} ...", file=sys.stderr)
+                manifest = resolve_jars(cache, timeout=args.timeout, force=args.force)
     except DataflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
