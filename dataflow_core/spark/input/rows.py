@@ -147,9 +147,14 @@ class InputCounts:
         return self.read - self.quarantined
 
 
-def count_rows(tagged: "DataFrame") -> InputCounts:
-    """One pass: rows read, and how many are quarantined."""
+def read_counts(tagged: "DataFrame") -> "DataFrame":
+    """One row: `read`, the rows read, and `bad`, how many are quarantined."""
     from pyspark.sql import functions as F
 
-    row = tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size(_TAGS) > 0).alias("bad")).first()
+    return tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size(_TAGS) > 0).alias("bad"))
+
+
+def count_rows(tagged: "DataFrame") -> InputCounts:
+    """One pass: rows read, and how many are quarantined."""
+    row = read_counts(tagged).first()
     return InputCounts(int(row["read"]), int(row["bad"]))

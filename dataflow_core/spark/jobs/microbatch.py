@@ -40,6 +40,7 @@ checkpoint) writes nothing.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import threading
 import time
@@ -56,7 +57,7 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, carried_hold_spans, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
 from dataflow_core.spark.execute.take_over import taken_over_states
-from dataflow_core.spark.input.rows import elements, quarantined, tag_rows
+from dataflow_core.spark.input.rows import elements, quarantined, read_counts, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
@@ -351,8 +352,9 @@ class _StageOutput:
 
     stage: StageSpec
     out: "DataFrame"
-    ran: "DataFrame"
+    idle: "DataFrame | None"  # one row: the holds of the keys it did not run (for a stage with one downstream)
     holds: list[HoldSpan] = field(default_factory=list)  # its hold spans, collected by `_write`
+    idle_holds: list[Instant] = field(default_factory=list)  # `idle`'s holds, collected by `_write`
 
 
 def _process(
@@ -449,11 +451,6 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     if spec.where:
         rows = rows.where(F.expr(spec.where))
     tagged = tag_rows(spark, spec, rows).persist()
-    counts = tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size("_dataflow_failed") > 0).alias("bad")).first()
-    ledger.read, ledger.quarantined = int(counts["read"]), int(counts["bad"])
-    if ledger.quarantined:
-        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
-    crash_point("quarantined")
     candidates = elements(spec, tagged)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
@@ -461,8 +458,12 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     else:
         candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
     candidates = candidates.persist()
-    stats = candidates.agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
-                           F.count_if(F.col("_seen").isNull()).alias("new")).first()
+    stats = _one_job(read_counts(tagged), candidates.agg(
+        F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), F.count_if(F.col("_seen").isNull()).alias("new")))
+    ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
+    if ledger.quarantined:
+        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
+    crash_point("quarantined")
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
     els = candidates.where(F.col("_seen").isNull()).drop("_seen")
     ledger.accepted = int(stats["new"])
@@ -472,6 +473,17 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     tagged.unpersist()
     crash_point("deduplicated")
     return els, arrived, candidates
+
+
+def _one_job(*aggregates: "DataFrame") -> dict[str, Any]:
+    """The columns of these one-row aggregates, computed by one Spark job (their union)
+    rather than one job each."""
+    from pyspark.sql import functions as F
+
+    names = [c for agg in aggregates for c in agg.columns]
+    padded = [agg.select(*[F.col(c) if c in agg.columns else F.lit(None).alias(c) for c in names]) for agg in aggregates]
+    rows = functools.reduce(lambda a, b: a.unionByName(b), padded).collect()
+    return {c: rows[i][c] for i, agg in enumerate(aggregates) for c in agg.columns}
 
 
 def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRecord, prev_wms: dict,
@@ -489,7 +501,7 @@ def _run_stages(spark, spec: PipelineSpec, els, schedule: Schedule, rec: BatchRe
                 F.array(F.lit(rec.batch).cast("bigint")).alias("seq"), F.lit(rec.now).cast("bigint").alias("at_ms"),
             )
         else:
-            spans = _spans(spark, upstream, schedule, rec)
+            spans = _spans(upstream, schedule)
             schedule = downstream_schedule(schedule, spans, start=prev_wms.get(stage.output, BEGINNING_OF_TIME))
             panes = upstream.out.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn(
                 "at_ms", F.col("emitted_at"))
@@ -537,7 +549,12 @@ def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedu
         woken = spark.createDataFrame([], f"{key_types}, state string")
     out = run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
                     states=woken, track_holds=stage is not spec.stages[-1]).persist()
-    return _StageOutput(stage, out, out.where("kind = 'state'").select(*keys))
+    idle = None
+    if states is not None and stage is not spec.stages[-1]:  # keys that did not run hold where they stood
+        ran = out.where("kind = 'state'").select(*keys)
+        idle = states.where(F.col("hold") < F.lit(wm)).join(ran, keys, "left_anti").agg(
+            F.collect_set("hold").alias("idle_holds"))
+    return _StageOutput(stage, out, idle)
 
 
 def _taken_over(spark, spec: PipelineSpec, stage: StageSpec, rec: BatchRecord, watermark: Instant):
@@ -575,39 +592,35 @@ def _empty_arrivals(spark, stage: StageSpec, first: bool):
     )
 
 
-def _spans(spark, upstream: _StageOutput, schedule: Schedule, rec: BatchRecord) -> list[HoldSpan]:
+def _spans(upstream: _StageOutput, schedule: Schedule) -> list[HoldSpan]:
     """Hold spans of the upstream stage in this batch: from the keys it ran, plus, for the
     keys it did not run, the hold stored after their last batch, carried over
-    (`runners.keyed.carried_hold_spans`)."""
-    from pyspark.sql import functions as F
-
+    (`runners.keyed.carried_hold_spans`; keys at the same hold give the same spans)."""
     spans = list(upstream.holds)
-    states = read_states(spark, upstream.stage, rec.versions[state_table(upstream.stage)])
-    if states is not None:
-        wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
-        idle = states.where(F.col("hold") < F.lit(wm)).join(upstream.ran, list(upstream.stage.key_columns), "left_anti")
-        for r in idle.select("hold").distinct().collect():  # keys at the same hold give the same spans
-            spans += carried_hold_spans(schedule, r["hold"])
+    for hold in upstream.idle_holds:
+        spans += carried_hold_spans(schedule, hold)
     return spans
 
 
 def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[str, int], tuple[int, int]]:
     """The stage's panes, results and state, each under this batch's idempotent key.
     Returns the pane counts and the elements the stage took and dropped as late, and keeps
-    its hold spans on `current` for the next stage (one pass over its output for all)."""
+    its hold spans and its idle keys' holds on `current` for the next stage (one Spark job
+    for all)."""
     from pyspark.sql import functions as F
 
     stage, run_id = current.stage, f"batch-{rec.batch}"
     panes = current.out.where("kind = 'pane'")
     pane, stats = F.col("kind") == "pane", F.col("kind") == "stats"
     hold = F.col("kind") == "hold"
-    counts = current.out.agg(
+    counts = _one_job(current.out.agg(
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.col("window_end"))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
         F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
-    ).first()
+    ), *[a for a in [current.idle] if a is not None])
     current.holds = [hold_span(h) for h in counts["h"]]
+    current.idle_holds = sorted(counts.get("idle_holds") or [])
     emitted = counts["p"] + counts["r"] > 0
     if emitted:
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))

@@ -90,16 +90,67 @@ class BatchLog:
     committed: tuple[int | None, str | None, int | None]
 
 
-_read_logs: dict[tuple[str, str], tuple[tuple[str, int], BatchLog]] = {}
-"""The last BatchLog read per (table path, pipeline), with the table id and version it was
-read at."""
+@dataclass(frozen=True)
+class _LogRows:
+    """What a BatchLog is folded from: the pipeline's rows that can matter (those of its
+    last two batches and of its last finished stream batch) and marks over all its rows:
+    the greatest batch, the last reset and the last finished stream batch."""
+
+    rows: tuple[dict, ...]
+    top: int | None
+    reset: int | None
+    streamed: int | None
+
+    def plus(self, row: dict) -> "_LogRows":
+        """These rows after `row` is appended (the marks moved, rows that no longer matter left out)."""
+        top = _greatest(self.top, row["batch"])
+        reset = _greatest(self.reset, row["batch"] if row["status"] == RESET else None)
+        streamed = _greatest(self.streamed, row["batch"] if _is_streamed(row) else None)
+        kept = tuple(r for r in (*self.rows, row)
+                     if r["batch"] >= top - 1 or (_is_streamed(r) and r["batch"] == streamed))
+        return _LogRows(kept, top, reset, streamed)
+
+    def log(self) -> BatchLog:
+        recent = sorted((r for r in self.rows if self.top is not None and r["batch"] >= self.top - 1),
+                        key=lambda r: (-r["batch"], r["status"], -(r["attempt"] or 0)))
+        skips = {r["batch"]: r["reason"] or "" for r in recent if r["status"] == SKIP}
+        out = []
+        for r in recent:
+            if r["status"] == SKIP:
+                continue
+            out.append({**r, "skip": skips.get(r["batch"])})
+            if r["status"] == RESET:
+                break
+        last = next((r for r in self.rows if _is_streamed(r) and r["batch"] == self.streamed
+                     and (self.reset is None or r["batch"] > self.reset)), None)
+        committed = (None, None, None) if last is None else (last["stream_batch"], last["stream_id"], last["batch"])
+        return BatchLog(copy.deepcopy(out), committed)
+
+
+def _greatest(a: int | None, b: int | None) -> int | None:
+    return b if a is None else a if b is None else max(a, b)
+
+
+def _is_streamed(row: dict) -> bool:
+    return row["status"] == "finished" and row["stream_batch"] is not None
+
+
+LOG_COLUMNS = ("pipeline", "batch", "stream_batch", "now_ms", "status", "versions", "watermarks", "estimator_state",
+               "ledger", "attempt", "run_token", "stream_id", "holder", "reason")
+"""The columns of `dataflow_batches` a record carries (not the audit timestamps, which are
+for SQL readers; `now_ms` is the batch's processing time)."""
+
+_read_logs: dict[tuple[str, str], tuple[tuple[str, int], _LogRows]] = {}
+"""The rows of the last BatchLog per (table path, pipeline), with the table id and version
+they are of: read, or read and then followed by this process's own appends."""
 
 
 def read_log(spark, spec: PipelineSpec) -> BatchLog:
     """The pipeline's BatchLog: the rows of its last two batches and of its last finished
     stream batch, with the number of its last reset, in one query of the table's latest
     version. A version's contents never change, so while the version stays the one last
-    read (the Delta log says so without a query), the last read answers again."""
+    read (the Delta log says so without a query), the last read answers again; so does it
+    after this process's own appends (`append_record`), which add their rows to it."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -109,38 +160,38 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     identity = snapshot_identity(spark, path)
     cached = _read_logs.get((path, spec.name))
     if cached is not None and cached[0] == identity:
-        return copy.deepcopy(cached[1])
+        return cached[1].log()
     batches = read_as_of(spark, BATCHES_TABLE, identity[1]).where(F.col("pipeline") == spec.name)
-    attempt = F.col("attempt") if "attempt" in batches.columns else F.lit(0)
-    stream_id = F.col("stream_id") if "stream_id" in batches.columns else F.lit(None).cast("string")
+    present = [F.col(c) if c in batches.columns else F.lit(None).alias(c) for c in LOG_COLUMNS]
+    rows = batches.select(*present).withColumn("attempt", F.coalesce(F.col("attempt").cast("int"), F.lit(0)))
     streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
     whole = Window.partitionBy("pipeline")  # the marks over all its rows, in the same scan: one job, not four
-    rows = batches.select(
-        "*", F.coalesce(attempt, F.lit(0)).alias("_attempt"), stream_id.alias("_stream_id"),
-        F.max("batch").over(whole).alias("_top"),
+    found = rows.select(
+        "*", F.max("batch").over(whole).alias("_top"),
         F.max(F.when(F.col("status") == RESET, F.col("batch"))).over(whole).alias("_reset"),
         F.max(F.when(streamed, F.col("batch"))).over(whole).alias("_streamed"),
     ).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
-    top = max((r["_top"] for r in rows), default=None)
-    recent = sorted((r for r in rows if r["batch"] >= top - 1), key=lambda r: (-r["batch"], r["status"], -r["_attempt"])) \
-        if top is not None else []
-    skips = {r["batch"]: r["reason"] or "" for r in recent if r["status"] == SKIP}
-    out = []
-    for r in recent:
-        if r["status"] == SKIP:
-            continue
-        row = r.asDict()
-        for k in ("_top", "_reset", "_streamed", "_stream_id"):
-            row.pop(k)
-        out.append({**row, "skip": skips.get(r["batch"])})
-        if r["status"] == RESET:
-            break
-    last = next((r for r in rows if r["_streamed"] is not None and r["batch"] == r["_streamed"] and r["status"] == "finished"
-                 and r["stream_batch"] is not None and (r["_reset"] is None or r["batch"] > r["_reset"])), None)
-    committed = (None, None, None) if last is None else (last["stream_batch"], last["_stream_id"], last["batch"])
-    log = BatchLog(out, committed)
-    _read_logs[(path, spec.name)] = (identity, copy.deepcopy(log))
-    return log
+    marks = (found[0]["_top"], found[0]["_reset"], found[0]["_streamed"]) if found else (None, None, None)
+    kept = _LogRows(tuple({c: r[c] for c in LOG_COLUMNS} for r in found), *marks)
+    _read_logs[(path, spec.name)] = (identity, kept)
+    return kept.log()
+
+
+def _followed(spark, spec: PipelineSpec, row: dict, key: tuple[str, int]) -> None:
+    """After this process appended `row` under `key`: the cached rows of the pipeline's
+    log take it in, if the commit after the version they are of is that append (else
+    another writer came between, and the next `read_log` reads)."""
+    path = table_path(spark, BATCHES_TABLE)
+    cached = _read_logs.pop((path, spec.name), None)
+    if cached is None:
+        return
+    (table_id, version), kept = cached
+    now = snapshot_identity(spark, path)
+    if now != (table_id, version + 1):
+        return
+    txns = [a["txn"] for a in commit_actions(spark, path, now[1]) if "txn" in a]
+    if any(t.get("appId") == key[0] and t.get("version") == key[1] for t in txns):
+        _read_logs[(path, spec.name)] = (now, kept.plus(row))
 
 
 def records(spark, spec: PipelineSpec) -> list[dict]:
@@ -179,8 +230,10 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id, rec.holder,
         rec.skip,
     )
-    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), _key(spec, rec, status),
-                note=rec.token)
+    key = _key(spec, rec, status)
+    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), key, note=rec.token)
+    names = [c.split()[0] for c in BATCHES_SCHEMA.split(", ")]
+    _followed(spark, spec, {c: v for c, v in zip(names, row) if c in LOG_COLUMNS}, key)
 
 
 def _key(spec: PipelineSpec, rec: BatchRecord, status: str) -> tuple[str, int]:

@@ -1,0 +1,55 @@
+"""`dataflow_batches` as a micro-batch reads it: the log this process follows through its own
+appends (no query) says what a fresh read of the table says, and another writer's commit
+in between makes the next read query the table again."""
+
+from __future__ import annotations
+
+from dataflow_core.spark.sinks import batches
+from dataflow_core.spark.sinks.batches import RESET, SKIP, BatchRecord, append_record, read_log
+from dataflow_core.spark.sinks.runs import Ledger
+from tests.integration.test_backfill import sessions_pipeline
+
+
+def _fresh(spark, spec) -> batches.BatchLog:
+    batches._read_logs.clear()
+    return read_log(spark, spec)
+
+
+def test_the_log_followed_through_own_appends_equals_a_fresh_read(spark):
+    spec = sessions_pipeline("t_log", "t_log_in")
+    other = sessions_pipeline("t_log_other", "t_log_other_in")
+    ledger = Ledger()
+    # (pipeline, batch, stream batch, attempt, status): claims, finishes, a retry, a tick, a
+    # skip request, a reset, and another pipeline's row between two of them
+    steps = [
+        (spec, 0, 0, 0, "started"), (spec, 0, 0, 0, "finished"), (spec, 1, None, 0, "started"),
+        (other, 0, 0, 0, "started"), (spec, 1, None, 1, "started"), (spec, 1, None, 1, "finished"),
+        (spec, 2, 1, 0, "started"), (spec, 2, 1, 0, SKIP), (spec, 2, 1, 0, "finished"), (spec, 3, None, 0, RESET),
+        (spec, 4, 2, 0, "started"),
+    ]
+    read_log(spark, spec)  # nothing yet: no table, nothing cached
+    for pipeline, batch, stream_batch, attempt, status in steps:
+        rec = BatchRecord(batch, stream_batch, 1_000 * (batch + 1), {"x": batch}, attempt=attempt,
+                          token=f"run-{batch}-{attempt}", stream_id="s1", skip="poison" if status == SKIP else None)
+        append_record(spark, pipeline, rec, status, ledger if status == "finished" else None)
+        followed = read_log(spark, spec)
+        assert followed == _fresh(spark, spec), (batch, status)
+        read_log(spark, spec)  # cached again for the next append to follow
+
+    log = read_log(spark, spec)
+    assert [(r["batch"], r["status"]) for r in log.records] == [(4, "started"), (3, RESET)]
+    assert log.committed == (None, None, None), "a reset forgets the stream batches before it"
+
+
+def test_the_log_is_read_again_after_another_writers_commit(spark):
+    spec = sessions_pipeline("t_log2", "t_log2_in")
+    first = BatchRecord(0, 0, 1_000, {}, token="a", stream_id="s1")
+    append_record(spark, spec, first, "started", None)
+    read_log(spark, spec)
+    # another process's commit: this one has no cached rows that follow it
+    cached = dict(batches._read_logs)
+    batches._read_logs.clear()
+    append_record(spark, spec, BatchRecord(0, 0, 1_000, {}, attempt=1, token="b", stream_id="s1"), "started", None)
+    batches._read_logs.update(cached)
+    log = read_log(spark, spec)
+    assert [(r["batch"], r["attempt"], r["run_token"]) for r in log.records] == [(0, 1, "b"), (0, 0, "a")]
