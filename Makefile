@@ -75,15 +75,14 @@ $(VENV)/.ready: $(DEPS_STAMP)
 # Two pytest sessions, the whole suite between them (PYTEST_ARGS goes to both). The pure
 # model tests start no JVM, so they run in one process while the JVM class archive is built
 # beside them (one JVM, mostly one busy thread: the other core was idle); then the
-# integration tests on the workers, whose Spark sessions wait for the archive if it is not
-# built yet (tests/jvm_archive.py), while the tests that first start Airflow go on. Each
-# session may find nothing to run (PYTEST_ARGS chose tests of one kind), not both.
+# integration tests on the workers. Each session may find nothing to run (PYTEST_ARGS
+# chose tests of one kind), not both.
 test: setup
 	@scripts/ensure-chromium.sh
 	@mkdir -p .cache; $(PY) -m tests.jvm_archive > .cache/jvm-archive.out 2>&1 & archive=$$!; \
 	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS) tests/; pure=$$?; \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
 	wait $$archive; cat .cache/jvm-archive.out; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$pure -eq 5 ] && [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	[ $$pure -eq 5 ] && pure=0; [ $$rc -eq 5 ] && rc=0; \
 	if [ $$pure -ne 0 ]; then echo "make test: FAILED - the pure model tests failed (see above)" >&2; exit $$pure; fi; \

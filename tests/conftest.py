@@ -111,7 +111,6 @@ def spark(warehouse: Path) -> Iterator["SparkSession"]:
     """A local[2] SparkSession with Delta, writing tables under `warehouse`."""
     from dataflow_core.spark.platform.session import get_spark
 
-    jvm_archive.wait_for_build()
     session = get_spark(app_name="dataflow-tests", master="local[2]", warehouse=str(warehouse))
     _shared.update(session=session, warehouse=str(warehouse))
     yield session

@@ -5,9 +5,7 @@ Delta commit. The suite starts about thirty such JVMs (test workers, CLI runs, A
 killed runs, a cluster's), so `make test` first runs one JVM through a small backfill and
 micro-batch with `-XX:ArchiveClassesAtExit` (`python -m tests.jvm_archive`), and
 tests/conftest.py hands `-XX:SharedArchiveFile` to every driver JVM: they map those classes
-instead (a cold two-commit job on 2 cores: about 30 s -> 19 s). The build runs beside the
-pure tests and the start of the integration tests: a test session's `spark` fixture waits
-for it (`wait_for_build`), while tests that first start Airflow go on.
+instead (a cold two-commit job on 2 cores: about 30 s -> 19 s).
 
 The archive is rebuilt when its key changes (the Java build, the jars, the flags). A JVM
 whose class path differs from the archive's (a job with its own `SPARK_CONF_DIR`, whose
@@ -17,7 +15,6 @@ folder Spark puts on the class path) runs as without it, silently. Without an ar
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
@@ -25,15 +22,12 @@ import subprocess
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / ".cache" / "jvm-archive"
 ARCHIVE = CACHE / "spark.jsa"
 KEY_FILE = CACHE / "key"
-LOCK = CACHE / "build.lock"
 SPARK_DEFAULTS = Path(__file__).with_name("spark-conf") / "spark-defaults.conf"
 
 # The quick JIT only: on data of a few rows a query is planned once and run on ten rows.
@@ -65,45 +59,12 @@ def key() -> str:
 
 
 def java_options() -> str:
-    """The drivers' flags: JAVA_OPTS, plus the archive when one was built or is being built
-    (a JVM that starts before it is there runs without it, silently). Its key is not
+    """The drivers' flags: JAVA_OPTS, plus the archive when one was built. Its key is not
     recomputed here (that would start `java` in every test process): a JVM checks the jars
     of the archive's class path itself and runs without an archive they no longer match."""
-    if (ARCHIVE.exists() and KEY_FILE.exists()) or building():
+    if ARCHIVE.exists() and KEY_FILE.exists():
         return f"{JAVA_OPTS} {USE_ARCHIVE}"
     return JAVA_OPTS
-
-
-@contextmanager
-def _build_lock(mode: int, wait: bool = True) -> Iterator[bool]:
-    """The lock a build holds (exclusive) for as long as it runs; True when taken."""
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(LOCK, "a") as handle:
-        try:
-            fcntl.flock(handle, mode | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def building() -> bool:
-    """True while another process builds the archive."""
-    with _build_lock(fcntl.LOCK_SH, wait=False) as taken:
-        return not taken
-
-
-def wait_for_build() -> None:
-    """Wait until no build runs: `make test` starts the integration tests while the archive
-    is built, and a test session's JVM is the first that should map it. Tests that start
-    other processes first (Airflow) go on meanwhile."""
-    if building():
-        started = time.monotonic()
-        with _build_lock(fcntl.LOCK_SH):
-            print(f"waited {time.monotonic() - started:.0f} s for the JVM class archive", file=sys.stderr)
 
 
 def _workload() -> None:
@@ -133,13 +94,7 @@ def _workload() -> None:
 
 
 def build() -> int:
-    """Build the archive unless the one there has this key; one line either way. Other
-    processes see it being built (`building`) for as long as this runs."""
-    with _build_lock(fcntl.LOCK_EX):
-        return _build()
-
-
-def _build() -> int:
+    """Build the archive unless the one there has this key; one line either way."""
     wanted = key()
     if ARCHIVE.exists() and KEY_FILE.exists() and KEY_FILE.read_text().strip() == wanted:
         print(f"JVM class archive up to date: {ARCHIVE}")
