@@ -112,7 +112,7 @@ class _LogRows:
 
     def log(self) -> BatchLog:
         recent = sorted((r for r in self.rows if self.top is not None and r["batch"] >= self.top - 1),
-                        key=lambda r: (-r["batch"], r["status"], -(r["attempt"] or 0)))
+                        key=lambda r: (-r["batch"], r["status"], -r["attempt"]))
         skips = {r["batch"]: r["reason"] or "" for r in recent if r["status"] == SKIP}
         out = []
         for r in recent:
@@ -139,6 +139,8 @@ LOG_COLUMNS = ("pipeline", "batch", "stream_batch", "now_ms", "status", "version
                "ledger", "attempt", "run_token", "stream_id", "holder", "reason")
 """The columns of `dataflow_batches` a record carries (not the audit timestamps, which are
 for SQL readers; `now_ms` is the batch's processing time)."""
+
+_BATCHES_COLUMNS = tuple(c.split()[0] for c in BATCHES_SCHEMA.split(", "))
 
 _read_logs: dict[tuple[str, str], tuple[tuple[str, int], _LogRows]] = {}
 """The rows of the last BatchLog per (table path, pipeline), with the table id and version
@@ -232,8 +234,7 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
     )
     key = _key(spec, rec, status)
     append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), key, note=rec.token)
-    names = [c.split()[0] for c in BATCHES_SCHEMA.split(", ")]
-    _followed(spark, spec, {c: v for c, v in zip(names, row) if c in LOG_COLUMNS}, key)
+    _followed(spark, spec, {c: v for c, v in zip(_BATCHES_COLUMNS, row) if c in LOG_COLUMNS}, key)
 
 
 def _key(spec: PipelineSpec, rec: BatchRecord, status: str) -> tuple[str, int]:
