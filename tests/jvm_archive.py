@@ -30,12 +30,18 @@ ARCHIVE = CACHE / "spark.jsa"
 KEY_FILE = CACHE / "key"
 SPARK_DEFAULTS = Path(__file__).with_name("spark-conf") / "spark-defaults.conf"
 
-# The quick JIT only: on data of a few rows a query is planned once and run on ten rows.
+# The quick JIT only, for the JVMs that live for one command (CLI runs, Airflow tasks,
+# killed runs): on data of a few rows a query is planned once and run on ten rows, and the
+# optimizing JIT's compile threads would take the other test worker's core for code the
+# command ends before it pays. A test worker's own session lives for the whole suite and
+# runs the same Spark and Delta code paths thousands of times; it gets the optimizing JIT
+# too (LONG_LIVED): warm micro-batches take about a fifth less wall time after its first minute.
 # The quick JIT alone gets a 48 MB code cache, which Spark and Delta's many query shapes
 # fill: the JVM then spends its time evicting and recompiling (about 10% of a test session's
 # CPU), hence the larger cache that is never flushed. The archive must be written and read
 # under the same collector.
-JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m -XX:-UseCodeCacheFlushing"
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
+JAVA_OPTS = f"{QUICK_JIT} -XX:+UseSerialGC -XX:ReservedCodeCacheSize=240m -XX:-UseCodeCacheFlushing"
 # A JVM that cannot use the archive says so on stdout; it runs as it would without one.
 USE_ARCHIVE = f"-XX:SharedArchiveFile={ARCHIVE} -Xlog:cds=off -Xlog:cds+dynamic=off"
 # The suite's Spark settings (tests/spark-conf/spark-defaults.conf) reach every driver this
@@ -58,13 +64,15 @@ def key() -> str:
     return hashlib.sha256("\n".join([java, listing, JAVA_OPTS, SPARK_DEFAULTS.read_text()]).encode()).hexdigest()[:16]
 
 
-def java_options() -> str:
-    """The drivers' flags: JAVA_OPTS, plus the archive when one was built. Its key is not
-    recomputed here (that would start `java` in every test process): a JVM checks the jars
-    of the archive's class path itself and runs without an archive they no longer match."""
+def java_options(long_lived: bool = False) -> str:
+    """The drivers' flags: JAVA_OPTS (without QUICK_JIT for a JVM that lives for the whole
+    suite), plus the archive when one was built. Its key is not recomputed here (that would
+    start `java` in every test process): a JVM checks the jars of the archive's class path
+    itself and runs without an archive they no longer match."""
+    options = JAVA_OPTS.replace(f"{QUICK_JIT} ", "") if long_lived else JAVA_OPTS
     if ARCHIVE.exists() and KEY_FILE.exists():
-        return f"{JAVA_OPTS} {USE_ARCHIVE}"
-    return JAVA_OPTS
+        return f"{options} {USE_ARCHIVE}"
+    return options
 
 
 def _workload() -> None:
