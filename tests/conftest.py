@@ -112,15 +112,13 @@ def spark(warehouse: Path) -> Iterator["SparkSession"]:
     from dataflow_core.spark.platform.session import get_spark
 
     # This JVM lives as long as the worker: the optimizing JIT too (tests/jvm_archive.py says
-    # why); the processes tests start keep the quick one. A developer's own flags win.
-    flags = os.environ.get("DATAFLOW_SPARK_JAVA_OPTS")
-    if flags == jvm_archive.java_options():
-        os.environ["DATAFLOW_SPARK_JAVA_OPTS"] = jvm_archive.java_options(long_lived=True)
+    # why); the processes tests start keep the quick one.
+    flags = os.environ["DATAFLOW_SPARK_JAVA_OPTS"]
+    os.environ.update(jvm_archive.for_long_lived_jvm())
     try:
         session = get_spark(app_name="dataflow-tests", master="local[2]", warehouse=str(warehouse))
     finally:
-        if flags is not None:
-            os.environ["DATAFLOW_SPARK_JAVA_OPTS"] = flags
+        os.environ["DATAFLOW_SPARK_JAVA_OPTS"] = flags
     _shared.update(session=session, warehouse=str(warehouse))
     yield session
     _shared.clear()

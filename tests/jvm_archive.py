@@ -35,7 +35,7 @@ SPARK_DEFAULTS = Path(__file__).with_name("spark-conf") / "spark-defaults.conf"
 # optimizing JIT's compile threads would take the other test worker's core for code the
 # command ends before it pays. A test worker's own session lives for the whole suite and
 # runs the same Spark and Delta code paths thousands of times; it gets the optimizing JIT
-# too (LONG_LIVED): warm micro-batches take about a fifth less wall time after its first minute.
+# too (`for_long_lived_jvm`): warm micro-batches take about a fifth less wall time after its first minute.
 # The quick JIT alone gets a 48 MB code cache, which Spark and Delta's many query shapes
 # fill: the JVM then spends its time evicting and recompiling (about 10% of a test session's
 # CPU), hence the larger cache that is never flushed. The archive must be written and read
@@ -73,6 +73,15 @@ def java_options(long_lived: bool = False) -> str:
     if ARCHIVE.exists() and KEY_FILE.exists():
         return f"{options} {USE_ARCHIVE}"
     return options
+
+
+def for_long_lived_jvm() -> dict[str, str]:
+    """The environment for a process whose Spark driver serves many jobs (a test worker's
+    session, the one Airflow process of several `dags test` commands): the optimizing JIT as
+    well. Empty if the developer set flags of their own, which win."""
+    if os.environ.get("DATAFLOW_SPARK_JAVA_OPTS") != java_options():
+        return {}
+    return {"DATAFLOW_SPARK_JAVA_OPTS": java_options(long_lived=True)}
 
 
 def _workload() -> None:
