@@ -20,7 +20,6 @@ from pathlib import Path
 
 import pytest
 
-from tests import jvm_archive
 from test_dags import (  # same folder: pytest puts it on sys.path
     AIRFLOW, MIGRATE_TIMEOUT_S, ROOT, DagsTest, _airflow_env, _dag_run_state, _run, dagbag_probe, dags_tests,
 )
@@ -119,9 +118,8 @@ def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_f
     }
     # The broken pipeline is one more registered pipeline for all of them (the registry
     # reads $DATAFLOW_PIPELINES once per process).
-    # Its one Spark driver serves every command's tasks: flags for a long-lived JVM.
     env = _airflow_env(airflow_home, DATAFLOW_SPARK_MASTER="local[2]", DATAFLOW_PIPELINES="broken_pipeline",
-                       PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1", **jvm_archive.for_long_lived_jvm())
+                       PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1")
     return dags_tests(commands, env, base / "dags-tests.log")
 
 
