@@ -613,12 +613,13 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[st
     panes = current.out.where("kind = 'pane'")
     pane, stats = F.col("kind") == "pane", F.col("kind") == "stats"
     hold = F.col("kind") == "hold"
+    idle = [] if current.idle is None else [current.idle]
     counts = _one_job(current.out.agg(
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.col("window_end"))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
         F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
-    ), *[a for a in [current.idle] if a is not None])
+    ), *idle)
     current.holds = [hold_span(h) for h in counts["h"]]
     current.idle_holds = sorted(counts.get("idle_holds") or [])
     emitted = counts["p"] + counts["r"] > 0
