@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int:
     unbalanced: list[str] = []
     stop = threading.Event()
     if every is not None:
-        say(f"one streaming query, a batch every {args.loop} (a tick when none brings input); Ctrl-C stops it "
-            "after the batch under way")
+        say(f"one streaming query, a batch every {args.loop} (a tick when none brings input and something is due); "
+            "Ctrl-C stops it after the batch under way")
         try:
             run_loop(spark, args.pipeline, every, progress=say, on_result=report, stop=stop)
         except KeyboardInterrupt:

@@ -60,12 +60,13 @@ def sessions_pipeline(name: str, table: str, retracting: bool = True, value: str
     ))
 
 
-def billing_pipeline(name: str, table: str) -> PipelineSpec:
+def billing_pipeline(name: str, table: str, early: int = 2 * M) -> PipelineSpec:
+    """Sums per ad in 10-minute windows, early panes every `early` ms of processing time."""
     return register(PipelineSpec(
         name=name, input_table=table, key={"ad_id": "ad_id"}, value="try_cast(v AS BIGINT)",
         quality_suite=None, partition_column=None, watermark=lambda: HeuristicWatermark(bound=M),
         stages=(StageSpec(f"{name}_b", WindowingStrategy(
-            FixedWindows(10 * M), AfterWatermark(early=AlignedProcessingTime(2 * M), late=AfterCount(1)),
+            FixedWindows(10 * M), AfterWatermark(early=AlignedProcessingTime(early), late=AfterCount(1)),
             AccumulationMode.ACCUMULATING, parse_duration("1h"), SumFn()), ("ad_id",), "bigint"),),
     ))
 

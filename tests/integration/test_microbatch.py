@@ -15,7 +15,7 @@ from dataflow_core.model.time import format_instant
 from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
-from dataflow_core.spark.platform.tables import read_table
+from dataflow_core.spark.platform.tables import read_table, table_exists
 from tests.integration.test_backfill import (
     DAY0, M, reference_results, results_of, sessions_pipeline, to_rows, write_input,
 )
@@ -191,7 +191,8 @@ def test_loop_keeps_one_query_and_its_batches_equal_single_runs_at_the_same_time
     from tests.integration.test_backfill import billing_pipeline
 
     n = next(_names)
-    loop = billing_pipeline(f"t_loop_{n}", f"t_loop_in_{n}")
+    # Early panes every 2 s of the clock: a tick after each slice has timers due within seconds.
+    loop = billing_pipeline(f"t_loop_{n}", f"t_loop_in_{n}", early=2_000)
     # Views of two ads, one delivered twice; the second slice's move the watermark past the
     # first 10-minute windows, so their on-time panes fire.
     rows = to_rows([("u1", "ad1", 1, 10, 5, True), ("u2", "ad1", 2, 90, 1, False), ("u1", "ad2", 3, 200, 30, False),
@@ -239,7 +240,7 @@ def test_loop_keeps_one_query_and_its_batches_equal_single_runs_at_the_same_time
     assert len(streamed) == 2 and len({r["stream_id"] for r in streamed}) == 1, done
     assert done[-1]["stream_batch"] is None, "a tick after the input"
 
-    single = billing_pipeline(f"t_loop_single_{n}", f"t_loop_single_in_{n}")
+    single = billing_pipeline(f"t_loop_single_{n}", f"t_loop_single_in_{n}", early=2_000)
     write_input(spark, single.input_table, [])
     for r in done:
         if r["stream_batch"] is not None:
@@ -249,6 +250,32 @@ def test_loop_keeps_one_query_and_its_batches_equal_single_runs_at_the_same_time
         assert history(spark, f"{a.output}_panes") == history(spark, f"{b.output}_panes"), a.output
         assert history(spark, a.output) == history(spark, b.output)
     assert history(spark, f"{loop.stages[0].output}_panes"), "the loop wrote panes"
+
+
+def test_without_input_a_batch_is_made_only_when_something_is_due(spark):
+    """A run that finds no new input makes a tick only when a key has a timer or watermark
+    deadline due (or the watermark would move): before the early panes' timers come due it
+    writes nothing, not even a batch record; after, its tick fires them."""
+    from tests.integration.test_backfill import billing_pipeline
+
+    n = next(_names)
+    spec = billing_pipeline(f"t_tick_{n}", f"t_tick_in_{n}")  # early panes at 2-minute marks
+    write_input(spark, spec.input_table, to_rows([("u1", "ad1", 1, 10, 5, False), ("u2", "ad2", 2, 90, 1, False)]))
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 100_000)).ledger_ok
+
+    def finished() -> list:
+        return read_table(spark, "dataflow_batches").where(
+            f"pipeline = '{spec.name}' AND status = 'finished'").select("batch", "now_ms").collect()
+
+    before, panes = finished(), f"{spec.stages[0].output}_panes"
+    assert not table_exists(spark, panes), "no pane yet"
+    idle = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 110_000))  # timers at DAY0 + 2 min
+    assert idle.ledger_ok and idle.ledger["panes"] == 0
+    assert finished() == before, "an idle tick records no batch"
+    assert not table_exists(spark, panes)
+    due = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 2 * M + 1))
+    assert due.ledger_ok and due.ledger["panes"] == 2, due.ledger  # one early pane per ad
+    assert len(finished()) == len(before) + 1 and len(history(spark, panes)) == 2
 
 
 @pytest.mark.parametrize("args, says", [

@@ -5,7 +5,8 @@ under `--loop`, one long-running query with a processing-time trigger) and `fore
 the stream's checkpoint remembers which table versions were consumed and refuses a second
 concurrent query on it (MillWheel's sequencer), and a batch that crashed
 is delivered again, with the same rows, to the next run. A batch with no new input (a
-"tick") still fires due timers and watermark panes. Commits that rewrite input files (an
+"tick") still fires due timers and watermark panes; one with nothing due is not made
+(`_idle_tick`). Commits that rewrite input files (an
 overwrite, `replaceWhere`, an upsert, an UPDATE or DELETE) are read with `ignoreChanges`:
 the rows of the rewritten files come again, so new rows among them count, and the rows the
 pipeline has seen are duplicates by their event ids (or, beyond the seen-ids horizon, too
@@ -92,7 +93,7 @@ def run_microbatch(
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
-    tick when there is none). Raises PipelineBusy when another run holds the pipeline."""
+    tick when there is none and something is due). Raises PipelineBusy when another run holds the pipeline."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
@@ -113,7 +114,8 @@ def run_microbatch(
             done.append(tick)
     if not done:
         last = records(spark, spec)[0]
-        say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])}: nothing to do")
+        say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])} and nothing due at "
+            f"{format_instant(now_ms)}: nothing to do")
         return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
     return _result(spec, done)
 
@@ -128,7 +130,7 @@ def run_loop(
 ) -> None:
     """`--loop`: one streaming query with a processing-time trigger every `every_s` seconds,
     so a batch pays no query start-up; each of its batches, and a tick whenever an interval
-    brings no input, is a micro-batch of `run_microbatch`'s kind at the clock's time, with
+    brings no input and something is due, is a micro-batch of `run_microbatch`'s kind at the clock's time, with
     its result handed to `on_result`. Runs until `stop` is set (or Ctrl-C), letting the
     batch under way finish; while another run holds the pipeline it waits and tries again."""
     spec = get(pipeline)
@@ -298,7 +300,8 @@ def _begin(
 ) -> tuple[BatchRecord, dict | None] | None:
     """This batch's record, claimed (a retry resumes the unfinished batch with the next
     attempt), and the last finished one; None when there is nothing to do: the stream
-    re-delivered a batch that already finished, or a tick at the last batch's time."""
+    re-delivered a batch that already finished, or a tick at the last batch's time or with
+    nothing due (`_idle_tick`)."""
     log = read_log(spark, spec)  # one read of dataflow_batches for the records and the stream
     known = log.records
     last_finished = next((r for r in known if r["status"] == "finished"), None)
@@ -335,6 +338,8 @@ def _begin(
             f"--now {format_instant(now_ms)} is before the last batch's processing time "
             f"{format_instant(last_finished['now_ms'])}; processing time never moves back"
         )
+    if stream_batch is None and last_finished and _idle_tick(spark, spec, last_finished, now_ms):
+        return None
     names = [seen_table(spec)] + [state_table(s) for s in spec.stages]
     if last_finished is None:  # going live: the results backfills left are taken over (`_taken_over`)
         names += [s.output for s in spec.stages if s.keeps_results]
@@ -343,6 +348,40 @@ def _begin(
     claim(spark, spec, rec)
     crash_point("started")
     return rec, last_finished
+
+
+def _idle_tick(spark, spec: PipelineSpec, prev: dict, now_ms: Instant) -> bool:
+    """Whether a tick at `now_ms` after the finished batch `prev` would change nothing but
+    the batch log: the watermark estimator learns nothing from time passing, no later
+    stage's watermark is held back below the input's (so none can move), and no key of any
+    stage has a timer or watermark deadline due (`_due`). Such a tick is not made, so an
+    idle `--loop` costs one small query per interval instead of a batch's commits; the next
+    batch fires what comes due, as this tick would have."""
+    from pyspark.sql import functions as F
+
+    estimator = spec.watermark()
+    if prev.get("estimator_state"):
+        estimator.load_state(json.loads(prev["estimator_state"]))
+    learnt = estimator.to_state()
+    watermarks = json.loads(prev["watermarks"])
+    wm = estimator.update(Progress(batch_event_times=(), processing_time=now_ms))
+    if wm != watermarks.get("input", BEGINNING_OF_TIME) or estimator.to_state() != learnt:
+        return False
+    if any(watermarks.get(s.output) != wm for s in spec.stages[1:]):
+        return False
+    states = [(s, read_states(spark, s, table_version(spark, state_table(s)))) for s in spec.stages]
+    due = [df.where(_due(now_ms, wm)).select(F.lit(s.output).alias("stage")).limit(1)
+           for s, df in states if df is not None]
+    return not due or not functools.reduce(lambda a, b: a.unionByName(b), due).limit(1).collect()
+
+
+def _due(time: Instant, watermark: Instant):
+    """A state row whose key has something due at a step at processing time `time` with the
+    watermark at `watermark`: a processing-time timer before that time, or a watermark
+    deadline the watermark reaches (as `runners.keyed.run_key` fires them)."""
+    from pyspark.sql import functions as F
+
+    return (F.col("wake_timer") < F.lit(time)) | (F.col("wake_watermark") <= F.lit(watermark))
 
 
 @dataclass
@@ -541,9 +580,9 @@ def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedu
     if taken is not None:  # every key taken over runs, so that the watermark collects what it passed
         woken = taken
     elif states is not None:
-        due = (F.col("wake_timer") < F.lit(latest_time)) | (F.col("wake_watermark") <= F.lit(wm))
         with_data = arrivals.select(*keys).distinct().withColumn("_arrived", F.lit(True))
-        woken = states.join(with_data, keys, "left").where(due | F.col("_arrived").isNotNull()).select(*keys, "state")
+        woken = states.join(with_data, keys, "left").where(
+            _due(latest_time, wm) | F.col("_arrived").isNotNull()).select(*keys, "state")
     else:
         key_types = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in keys)
         woken = spark.createDataFrame([], f"{key_types}, state string")
