@@ -3,23 +3,24 @@
 New input comes from Structured Streaming's Delta source with an available-now trigger (or,
 under `--loop`, one long-running query with a processing-time trigger) and `foreachBatch`:
 the stream's checkpoint remembers which table versions were consumed and refuses a second
-concurrent query on it (MillWheel's sequencer), and a batch that crashed
-is delivered again, with the same rows, to the next run. A batch with no new input (a
-"tick") still fires due timers and watermark panes; one with nothing due is not made
-(`_idle_tick`). Commits that rewrite input files (an
-overwrite, `replaceWhere`, an upsert, an UPDATE or DELETE) are read with `ignoreChanges`:
-the rows of the rewritten files come again, so new rows among them count, and the rows the
-pipeline has seen are duplicates by their event ids (or, beyond the seen-ids horizon, too
-late for any window). What the rewrite changed or removed is not a live event: a
-`dataflow backfill` over its range applies it, to the results and to the live state.
+concurrent query on it (MillWheel's sequencer), and a batch that crashed is delivered
+again, with the same rows, to the next run. A batch with no new input (a "tick") still
+fires due timers and watermark panes; one with nothing due is not made (`_idle_tick`).
+Commits that rewrite input files (an overwrite, `replaceWhere`, an upsert, an UPDATE or
+DELETE) are read with `ignoreChanges`: the rows of the rewritten files come again, so new
+rows among them count, and the rows the pipeline has seen are duplicates by their event ids
+(or, beyond the seen-ids horizon, too late for any window). What the rewrite changed or
+removed is not a live event: a `dataflow backfill` over its range applies it, to the
+results and to the live state.
 
 Each batch, in order: record its number and processing time (a retry reuses both);
 quarantine bad rows; drop duplicate deliveries (event ids are remembered in
-`<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); advance the watermark estimator; then per stage, on the keys that got data
-or have a timer due (found through the state table's wake-up columns), fire timers,
-deliver elements and move the watermark (`runners.keyed.run_key`); write panes, results and
-state; record the batch as finished with its ledger and watermarks. A batch the operator
-skips (`--skip-batch`, `jobs.skip`) has its rows quarantined instead, and nothing else.
+`<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`);
+advance the watermark estimator; then per stage, on the keys that got data or have a timer
+due (found through the state table's wake-up columns), fire timers, deliver elements and
+move the watermark (`runners.keyed.run_key`); write panes, results and state; record the
+batch as finished with its ledger and watermarks. A batch the operator skips
+(`--skip-batch`, `jobs.skip`) has its rows quarantined instead, and nothing else.
 
 Exactly once: every write of batch N is a Delta commit under the idempotent key
 (`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
@@ -93,7 +94,8 @@ def run_microbatch(
     progress: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
-    tick when there is none and something is due). Raises PipelineBusy when another run holds the pipeline."""
+    tick when there is none and something is due). Raises PipelineBusy when another run
+    holds the pipeline."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
@@ -130,9 +132,10 @@ def run_loop(
 ) -> None:
     """`--loop`: one streaming query with a processing-time trigger every `every_s` seconds,
     so a batch pays no query start-up; each of its batches, and a tick whenever an interval
-    brings no input and something is due, is a micro-batch of `run_microbatch`'s kind at the clock's time, with
-    its result handed to `on_result`. Runs until `stop` is set (or Ctrl-C), letting the
-    batch under way finish; while another run holds the pipeline it waits and tries again."""
+    brings no input and something is due, is a micro-batch of `run_microbatch`'s kind at
+    the clock's time, with its result handed to `on_result`. Runs until `stop` is set (or
+    Ctrl-C), letting the batch under way finish; while another run holds the pipeline it
+    waits and tries again."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)
