@@ -71,11 +71,11 @@ def read_as_of(spark: "SparkSession", name: str, version: int) -> "DataFrame | N
 def merge_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
     txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
-    update_set: dict[str, str] | None = None, properties: dict[str, str] | None = None,
+    update_set: dict[str, str] | None = None,
 ) -> int:
     """MERGE `rows` into table `name` on `keys` (null-safe). A missing table is created by
     a plain write of the rows (`_created_with`), with Delta's liquid clustering on
-    `cluster_by` and these table `properties` when given. Rows with `_delete` delete
+    `cluster_by` when given. Rows with `_delete` delete
     their match (when `delete`); others update it (when `update`; `update_set` overrides
     the value of some columns with SQL over target `t` and source `s`) or are inserted.
     `target_filter` is a condition on `t` that every match meets, so Delta skips files.
@@ -83,7 +83,7 @@ def merge_rows(
     from delta.tables import DeltaTable
 
     if not table_exists(spark, name):
-        created = _created_with(spark, name, rows, txn, cluster_by, properties or {})
+        created = _created_with(spark, name, rows, txn, cluster_by)
         if created is not None:
             return created
     path = table_path(spark, name)
@@ -112,13 +112,11 @@ def merge_rows(
 
 def _created_with(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None, cluster_by: Sequence[str] = (),
-    properties: dict[str, str] | None = None,
 ) -> int | None:
     """A missing table made by one plain write of what a MERGE into nothing would insert
     (every row not marked `_delete`), so its first rows cost no join and no second pass;
-    clustered on `cluster_by` (Delta's liquid clustering) and with these table `properties`
-    when given. Returns the rows written; None when another run created the table first
-    (the caller then merges)."""
+    clustered on `cluster_by` (Delta's liquid clustering) when given. Returns the rows
+    written; None when another run created the table first (the caller then merges)."""
     from pyspark.sql import functions as F
 
     from delta.tables import DeltaTable
@@ -127,24 +125,18 @@ def _created_with(
         rows = rows.where(~F.col("_delete")).drop("_delete")
     path = table_path(spark, name)
     # Delta ignores the clustering of a plain write to a path: a clustered table is created
-    # empty (version 0), and the rows appended (version 1); so is a table with properties.
-    created_empty = bool(cluster_by or properties)
-    writer = rows.write.format("delta").mode("append" if created_empty else "errorifexists")
+    # empty (version 0), and the rows appended (version 1).
+    writer = rows.write.format("delta").mode("append" if cluster_by else "errorifexists")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
     try:
-        if created_empty:
-            table = DeltaTable.create(spark).location(path).addColumns(rows.schema)
-            if cluster_by:
-                table = table.clusterBy(*cluster_by)
-            for key, value in (properties or {}).items():
-                table = table.property(key, value)
-            table.execute()
+        if cluster_by:
+            DeltaTable.create(spark).location(path).addColumns(rows.schema).clusterBy(*cluster_by).execute()
         writer.save(path)
     except Exception:
         if not table_exists(spark, name):
             raise
         return None
     register_table(spark, name)
-    metrics = commit_info(spark, path, 1 if created_empty else 0).get("operationMetrics") or {}
+    metrics = commit_info(spark, path, 1 if cluster_by else 0).get("operationMetrics") or {}
     return int(metrics.get("numOutputRows", 0))

@@ -27,15 +27,6 @@ OPTIMIZE): a later run's MERGE touches recent windows only (`window_end_from`), 
 files laid out by window end, Delta skips the files of older windows instead of rewriting
 files that mix every hour of the table's history."""
 
-PROPERTIES = {"delta.enableDeletionVectors": "true"}
-"""A results table is made with deletion vectors: a MERGE that updates a few windows marks
-their old rows deleted and appends the new ones, instead of copying every other row of each
-file it touches (after OPTIMIZE, a file holds days of windows, and copying it is what made a
-batch's MERGE cost grow with the table's history). Readers need deletion vectors (Delta
-Lake 2.3 or later; delta-rs, so the fast reader, reads them); a table made before this
-keeps its protocol, and `ALTER TABLE ... SET TBLPROPERTIES ('delta.enableDeletionVectors'
-= true)` turns them on."""
-
 RESULT_COLUMNS = (
     "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
     "updated_at", "pane_id", "run_id",
@@ -93,8 +84,7 @@ def write_results(
     keys = [*stage.key_columns, "window_start", "window_end"]
     prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
     return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn,
-                      target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS,
-                      properties=PROPERTIES)
+                      target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS)
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
