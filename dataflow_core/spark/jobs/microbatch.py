@@ -372,10 +372,9 @@ def _idle_tick(spark, spec: PipelineSpec, prev: dict, now_ms: Instant) -> bool:
         return False
     if any(watermarks.get(s.output) != wm for s in spec.stages[1:]):
         return False
-    states = [(s, read_states(spark, s, table_version(spark, state_table(s)))) for s in spec.stages]
-    due = [df.where(_due(now_ms, wm)).select(F.lit(s.output).alias("stage")).limit(1)
-           for s, df in states if df is not None]
-    return not due or not functools.reduce(lambda a, b: a.unionByName(b), due).limit(1).collect()
+    states = [read_states(spark, s, table_version(spark, state_table(s))) for s in spec.stages]
+    due = [df.agg(F.bool_or(_due(now_ms, wm)).alias(f"due_{i}")) for i, df in enumerate(states) if df is not None]
+    return not due or not any(_one_job(*due).values())
 
 
 def _due(time: Instant, watermark: Instant):
