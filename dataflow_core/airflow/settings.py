@@ -9,6 +9,7 @@
 | `DATAFLOW_DAILY_START` | first day of the `dataflow_daily__*` DAGs' schedule | 2024-05-01 |
 | `DATAFLOW_MAINTENANCE_SCHEDULE` | schedule of `dataflow_maintenance` | `@weekly` |
 | `DATAFLOW_VACUUM_RETENTION_HOURS` | VACUUM retention (raised to cover every stage's allowed lateness + 1 day) | 168 |
+| `DATAFLOW_RESULTS_FILE_MB` | largest file OPTIMIZE writes in a results table (see `maintain`) | 16 |
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ DEFAULT_MICROBATCH_SCHEDULE = "*/5 * * * *"
 DEFAULT_DAILY_START = "2024-05-01"
 DEFAULT_MAINTENANCE_SCHEDULE = "@weekly"
 DEFAULT_VACUUM_RETENTION_HOURS = 168  # Delta's own minimum without disabling its check
+DEFAULT_RESULTS_FILE_MB = 16  # Databricks' smallest tuned size for tables rewritten by MERGE
 
 
 def _int(name: str, default: int, minimum: int = 1) -> int:
@@ -67,3 +69,7 @@ def maintenance_schedule() -> str:
 
 def vacuum_retention_hours() -> int:
     return _int("DATAFLOW_VACUUM_RETENTION_HOURS", DEFAULT_VACUUM_RETENTION_HOURS, minimum=0)
+
+
+def results_file_mb() -> int:
+    return _int("DATAFLOW_RESULTS_FILE_MB", DEFAULT_RESULTS_FILE_MB)

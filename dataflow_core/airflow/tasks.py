@@ -327,40 +327,41 @@ def retention_hours(pipeline: str) -> int:
 
 def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
     """OPTIMIZE and VACUUM the pipeline's tables (and the micro-batches' `dataflow_batches`;
-    OPTIMIZE clusters the state tables by their wake-up columns); forget event ids past the
-    micro-batches' duplicate-detection horizon (`<pipeline>__seen_ids`)."""
+    OPTIMIZE clusters the state tables by their wake-up columns and the results tables by
+    `window_end`, the latter in files of at most `settings.results_file_mb()`, so that a
+    later MERGE of recent windows rewrites a small file, not one holding all of history);
+    forget event ids past the micro-batches' duplicate-detection horizon
+    (`<pipeline>__seen_ids`)."""
     from delta.tables import DeltaTable
 
-    from dataflow_core.spark.platform.tables import table_path
+    from dataflow_core.airflow import settings
+    from dataflow_core.pipelines import get
+    from dataflow_core.spark.platform.delta import compact
+    from dataflow_core.spark.platform.tables import table_exists, table_path
+    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
+    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids, seen_table
 
     spark = spark_session(f"dataflow-maintenance-{pipeline}")
     hours = retention_hours(pipeline)
     if hours < 168:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    from dataflow_core.pipelines import get
-    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids, seen_table
-
-    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
-    from dataflow_core.spark.platform.tables import table_exists
-
+    results = {s.output for s in get(pipeline).stages}
+    results_file_bytes = settings.results_file_mb() * 2**20
     # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
     shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []
     tables = pipeline_tables(spark, pipeline)
     if not tables:
         say(f"pipeline {pipeline}: no output or state tables yet")
     for table in tables + shared:
-        delta = DeltaTable.forPath(spark, table_path(spark, table))
         entry: dict[str, Any] = {}
         if table == seen_table(get(pipeline)):
             expired = expire_seen_ids(spark, get(pipeline))
             entry["expired_rows_deleted"] = expired
             say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-        metrics = delta.optimize().executeCompaction().collect()
-        compaction = metrics[0]["metrics"] if metrics else None
-        entry["files_removed"] = int(compaction["numFilesRemoved"]) if compaction else 0
-        entry["files_added"] = int(compaction["numFilesAdded"]) if compaction else 0
-        delta.vacuum(hours)
+        entry["files_removed"], entry["files_added"] = compact(
+            spark, table, results_file_bytes if table in results else None)
+        DeltaTable.forPath(spark, table_path(spark, table)).vacuum(hours)
         say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}; "
             f"VACUUM kept {hours} h of time travel")
         done["tables"][table] = entry

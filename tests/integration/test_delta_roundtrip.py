@@ -141,3 +141,42 @@ def test_merge_rows_creates_a_clustered_table_by_one_append_then_merges_under_th
     assert merge_rows(spark, "clustered_rows", change, ["k"], True, True, ("t", 1), cluster_by=("window_end",)) == 7
     assert merge_rows(spark, "clustered_rows", change, ["k"], True, True, ("t", 1), cluster_by=("window_end",)) == 0
     assert _rows(read_table(spark, "clustered_rows").select("k", "v")) == [(k, 10 * k) for k in range(2, 8)]
+
+
+
+def test_compact_caps_files_so_a_merge_of_recent_windows_rewrites_only_their_file(spark):
+    """OPTIMIZE of a table clustered on `window_end` (a results table), with a file cap as
+    `maintain` gives results tables: files hold disjoint ranges of window ends, and a MERGE
+    bounded to the last window copies the rows of one small file. Without the cap the same
+    rows make one file, which every such MERGE copies whole."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.delta import compact, merge_rows
+    from dataflow_core.spark.platform.tables import commit_info, snapshot_version
+
+    def rows(first: int, n: int, value: str = "sha2(CAST(id AS STRING), 256)"):
+        return spark.sql(f"SELECT id AS k, timestamp_millis((id DIV 50) * 3600000) AS window_end, "
+                         f"{value} AS v, false AS _delete FROM range({first}, {first + n})")
+
+    for name in ("capped", "uncapped"):
+        for chunk in range(4):  # four appends: small files to compact
+            merge_rows(spark, name, rows(chunk * 1000, 1000), ["k"], True, True, cluster_by=("window_end",))
+    small, one = compact(spark, "uncapped")
+    assert small >= 4 and one == 1
+    removed, added = compact(spark, "capped", max_file_bytes=40_000)
+    assert removed == small and added >= 3
+    assert spark.conf.get("spark.databricks.delta.optimize.maxFileSize", None) is None, "the cap is for one command"
+    ranges = sorted(tuple(r) for r in spark.read.format("delta").load(table_path(spark, "capped"))
+                    .groupBy("_metadata.file_path").agg(F.min("window_end"), F.max("window_end"))
+                    .drop("file_path").collect())
+    assert len(ranges) == added and all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), ranges
+
+    copied = {}
+    for name in ("capped", "uncapped"):
+        merge_rows(spark, name, rows(3950, 50, "'changed'"), ["k"], True, True,
+                   target_filter="t.window_end >= timestamp_millis(79 * 3600000)", cluster_by=("window_end",))
+        path = table_path(spark, name)
+        metrics = commit_info(spark, path, snapshot_version(spark, path))["operationMetrics"]
+        assert int(metrics["numTargetRowsUpdated"]) == 50
+        copied[name] = int(metrics["numTargetRowsCopied"])
+    assert copied["uncapped"] == 3950 and copied["capped"] < 3950 // 2, copied

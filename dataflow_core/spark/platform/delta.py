@@ -140,3 +140,24 @@ def _created_with(
     register_table(spark, name)
     metrics = commit_info(spark, path, 1 if cluster_by else 0).get("operationMetrics") or {}
     return int(metrics.get("numOutputRows", 0))
+
+
+def compact(spark: "SparkSession", name: str, max_file_bytes: int | None = None) -> tuple[int, int]:
+    """OPTIMIZE table `name` (on a clustered table, Delta's liquid clustering lays the rows
+    out by its clustering columns); returns (files removed, files added). `max_file_bytes`
+    caps the files it writes (Delta's `optimize.maxFileSize`, 1 GiB by default, set for this
+    command only): a table that later MERGEs touch in one range of its clustering column
+    keeps that range in small files, so a MERGE rewrites those and skips the rest."""
+    from delta.tables import DeltaTable
+
+    key = "spark.databricks.delta.optimize.maxFileSize"
+    before = spark.conf.get(key, None)
+    if max_file_bytes is not None:
+        spark.conf.set(key, str(max_file_bytes))
+    try:
+        metrics = DeltaTable.forPath(spark, table_path(spark, name)).optimize().executeCompaction().collect()
+    finally:
+        if max_file_bytes is not None:
+            spark.conf.unset(key) if before is None else spark.conf.set(key, before)
+    done = metrics[0]["metrics"] if metrics else None
+    return (int(done["numFilesRemoved"]), int(done["numFilesAdded"])) if done else (0, 0)
