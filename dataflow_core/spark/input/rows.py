@@ -83,10 +83,17 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange) -> "D
         last = F.to_date(F.timestamp_millis(F.lit(span.end)))
         part = F.col(spec.partition_column)
         df = df.where(part.between(first, last) | (part > F.date_add(F.current_date(), 1)))
+    return df.where(in_range(spec, span))
+
+
+def in_range(spec: PipelineSpec, span: EventRange) -> "Column":
+    """Whether an input row belongs to `span` (see `EventRange`)."""
+    from pyspark.sql import functions as F
+
     event_ms, ingest_ms = F.unix_millis(F.expr(spec.event_time)), F.unix_millis(F.expr(spec.ingest_time))
     usable = event_ms.isNotNull() & (ingest_ms.isNull() | (event_ms <= ingest_ms + F.lit(spec.max_skew)))
     when = F.when(usable, event_ms).otherwise(ingest_ms)
-    return df.where((when >= F.lit(span.start)) & (when < F.lit(span.end)))
+    return F.coalesce((when >= F.lit(span.start)) & (when < F.lit(span.end)), F.lit(False))
 
 
 def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
@@ -137,24 +144,15 @@ def elements(spec: PipelineSpec, tagged: "DataFrame") -> "DataFrame":
     )
 
 
-@dataclass(frozen=True)
-class InputCounts:
-    read: int
-    quarantined: int
+def count_columns(within: "Column | None" = None) -> list["Column"]:
+    """Aggregates over tagged rows: `read`, the rows (those `within`, when given), and
+    `bad`, how many of them are quarantined."""
+    from pyspark.sql import functions as F
 
-    @property
-    def accepted_deliveries(self) -> int:
-        return self.read - self.quarantined
+    rows = F.lit(True) if within is None else within
+    return [F.count_if(rows).alias("read"), F.count_if(rows & (F.size(_TAGS) > 0)).alias("bad")]
 
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":
     """One row: `read`, the rows read, and `bad`, how many are quarantined."""
-    from pyspark.sql import functions as F
-
-    return tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size(_TAGS) > 0).alias("bad"))
-
-
-def count_rows(tagged: "DataFrame") -> InputCounts:
-    """One pass: rows read, and how many are quarantined."""
-    row = read_counts(tagged).first()
-    return InputCounts(int(row["read"]), int(row["bad"]))
+    return tagged.agg(*count_columns())

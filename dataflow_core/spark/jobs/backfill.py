@@ -29,10 +29,10 @@ from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, S
 from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
-from dataflow_core.spark.input.rows import EventRange, elements, read_rows, tag_rows
+from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
-from dataflow_core.spark.jobs.range_input import read_range
+from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
 from dataflow_core.spark.sinks.corrections_plan import forget_plans
@@ -120,10 +120,9 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            tagged = read_range(spark, spec, span, read_span, run, ledger, say)
+            els = read_range(spark, spec, span, read_span, run, ledger, say)
         else:
-            tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span))
-        els = elements(spec, tagged).persist()
+            els = range_elements(spark, spec, read_span)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end)).persist()
         if not isinstance(wfn, Sessions) or not _touches_edge(finals, read_span, wfn.gap, span):
@@ -134,11 +133,11 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
         before, after = 2 * max(before, wfn.gap), 2 * max(after, wfn.gap)
     else:
         raise DataflowError(f"sessions of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
-    unique = els.where((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).count()
-    ledger.accepted = unique
-    ledger.duplicates = ledger.read - ledger.quarantined - unique
-    ledger.aggregated = unique  # a perfect watermark leaves nothing late
-    say(f"{unique:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
+    if attempt:  # the widened read's elements may settle which delivery of an event counts
+        ledger.accepted = els.where((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).count()
+        ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+    ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
+    say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
     if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live):
         planned.append(first)
     finals.unpersist()

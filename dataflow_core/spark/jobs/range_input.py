@@ -1,12 +1,19 @@
-"""A backfill's or replay's input: the rows of an event-time range, checked, with the bad
-ones quarantined and the run's ledger filled in."""
+"""A backfill's or replay's input: the elements of an event-time range, with the bad rows
+quarantined and the run's ledger filled in.
+
+One pass over the input makes the elements and, observed on the way (Spark's
+`DataFrame.observe`), counts the rows of the range read and refused; the input is read a
+second time only when there are refused rows to quarantine.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import EventRange, count_rows, quarantined, read_rows, tag_rows
+from dataflow_core.spark.input.rows import (
+    EventRange, count_columns, elements, in_range, quarantined, read_rows, tag_rows,
+)
 from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger, Run
 
@@ -14,16 +21,32 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+def range_elements(spark, spec: PipelineSpec, read_span: EventRange) -> "DataFrame":
+    """The elements of `read_span`, persisted (not yet computed)."""
+    return elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span))).persist()
+
+
 def read_range(
     spark, spec: PipelineSpec, span: EventRange, read_span: EventRange, run: Run, ledger: Ledger, say,
 ) -> "DataFrame":
-    """Tagged rows of `read_span`; counts and quarantines those of `span` (the ledger's)."""
+    """The elements of `read_span` (a widening of `span`), persisted and computed. The rows
+    of `span` fill in the ledger (read, quarantined, accepted, duplicates), and its bad rows
+    are quarantined."""
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span))
-    core = tag_rows(spark, spec, read_rows(spark, spec, span))
-    counts = count_rows(core)
-    ledger.read, ledger.quarantined = counts.read, counts.quarantined
-    if counts.quarantined:
-        write_quarantine(spark, spec, quarantined(core), run.run_id)
-    say(f"read {counts.read:,} rows of {spec.input_table} in the range, {counts.quarantined:,} quarantined "
+    seen = Observation(f"dataflow_read_{run.run_id}")
+    # Every row passes the observation before the elements' shuffle (deduplication by event
+    # id), so the first action on them counts all rows, whichever action that is.
+    els = elements(spec, tagged.observe(seen, *count_columns(in_range(spec, span)))).persist()
+    unique = els.where((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).count()
+    counts = seen.get
+    ledger.read, ledger.quarantined = int(counts["read"]), int(counts["bad"])
+    ledger.accepted = unique
+    ledger.duplicates = ledger.read - ledger.quarantined - unique
+    say(f"read {ledger.read:,} rows of {spec.input_table} in the range, {ledger.quarantined:,} quarantined "
         f"(table {quarantine_table(spec)})")
-    return tagged
+    if ledger.quarantined:
+        write_quarantine(spark, spec, quarantined(tagged.where(in_range(spec, span))), run.run_id)
+    return els

@@ -17,7 +17,7 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.runners.keyed import Schedule, Step, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
-from dataflow_core.spark.input.rows import EventRange, elements
+from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.range_input import read_range
 from dataflow_core.spark.sinks.panes import write_panes
@@ -34,11 +34,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
     from pyspark.sql import functions as F
 
     ledger = Ledger()
-    tagged = read_range(spark, spec, span, span, run, ledger, say)
-    els = elements(spec, tagged).persist()
-    unique = els.count()
-    ledger.accepted = unique
-    ledger.duplicates = ledger.read - ledger.quarantined - unique
+    els = read_range(spark, spec, span, span, run, ledger, say)
+    unique = ledger.accepted
     if not unique:
         say("no accepted rows in the range; nothing to replay")
         els.unpersist()
