@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
 REASON = "quarantine_reason"
+REFUSED = "_dataflow_refused"
 _TAGS = "_dataflow_failed"
 
 
@@ -122,26 +123,32 @@ def quarantined(tagged: "DataFrame") -> "DataFrame":
     )
 
 
-def elements(spec: PipelineSpec, tagged: "DataFrame") -> "DataFrame":
+def elements(spec: PipelineSpec, tagged: "DataFrame", keep_refused: "Column | None" = None) -> "DataFrame":
     """Accepted rows as elements, each event once: the first delivery (earliest ingest)
-    of each event id wins; later deliveries are duplicates."""
+    of each event id wins; later deliveries are duplicates. With `keep_refused`, the bad
+    rows for which it holds come along (each one, none taken for a duplicate) in
+    `REFUSED`: their input columns and reasons, as `quarantined` gives them (null for an
+    element), so that one pass over the input yields both."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    good = tagged.where(F.size(_TAGS) == 0)
-    cols = [F.expr(e).alias(c) for c, e in spec.key.items()] + [
-        F.expr(spec.value).alias("value"),
-        F.unix_millis(F.expr(spec.event_time)).alias("event_ms"),
-        F.unix_millis(F.expr(spec.ingest_time)).alias("ingest_ms"),
-        F.expr(spec.event_id).cast("string").alias("event_id"),
+    ok = F.size(_TAGS) == 0
+    cols = [(c, F.expr(e)) for c, e in spec.key.items()] + [
+        ("value", F.expr(spec.value)),
+        ("event_ms", F.unix_millis(F.expr(spec.event_time))),
+        ("ingest_ms", F.unix_millis(F.expr(spec.ingest_time))),
+        ("event_id", F.expr(spec.event_id).cast("string")),
     ]
     first = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
-    return (
-        good.select(*cols)
-        .withColumn("_delivery", F.row_number().over(first))
-        .where("_delivery = 1")
-        .drop("_delivery")
-    )
+    if keep_refused is None:
+        rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols])
+        return rows.withColumn("_delivery", F.row_number().over(first)).where("_delivery = 1").drop("_delivery")
+    inputs = [F.col(f"`{c}`") for c in tagged.columns if c != _TAGS]
+    refused = F.when(~ok, F.struct(*inputs, F.array_join(F.col(_TAGS), "; ").alias(REASON)))
+    rows = tagged.where(ok | keep_refused).select(*[F.when(ok, e).alias(c) for c, e in cols], refused.alias(REFUSED))
+    first = Window.partitionBy("event_id", F.col(REFUSED).isNull()).orderBy("ingest_ms", "event_ms")
+    kept = (F.col("_delivery") == 1) | F.col(REFUSED).isNotNull()
+    return rows.withColumn("_delivery", F.row_number().over(first)).where(kept).drop("_delivery")
 
 
 def count_columns(within: "Column | None" = None) -> list["Column"]:

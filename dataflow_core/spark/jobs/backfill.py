@@ -120,16 +120,16 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            els = read_range(spark, spec, span, read_span, run, ledger, say)
+            els, cached = read_range(spark, spec, span, read_span, run, ledger, say)
         else:
-            els = range_elements(spark, spec, read_span)
+            els = cached = range_elements(spark, spec, read_span)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end)).persist()
         if not isinstance(wfn, Sessions) or not _touches_edge(finals, read_span, wfn.gap, span):
             break
         say(f"a session reaches the edge of the rows read; widening the read by {2 * max(before, after) // 60000} min")
         finals.unpersist()
-        els.unpersist()
+        cached.unpersist()
         before, after = 2 * max(before, wfn.gap), 2 * max(after, wfn.gap)
     else:
         raise DataflowError(f"sessions of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
@@ -141,7 +141,7 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live):
         planned.append(first)
     finals.unpersist()
-    els.unpersist()
+    cached.unpersist()
     for up, stage in zip(spec.stages, spec.stages[1:]):
         current = current_results(spark, up)
         if current is None:

@@ -34,11 +34,11 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
     from pyspark.sql import functions as F
 
     ledger = Ledger()
-    els = read_range(spark, spec, span, span, run, ledger, say)
+    els, cached = read_range(spark, spec, span, span, run, ledger, say)
     unique = ledger.accepted
     if not unique:
         say("no accepted rows in the range; nothing to replay")
-        els.unpersist()
+        cached.unpersist()
         return ledger
     # the ids it counted: a micro-batch taking the pipeline live later takes its windows over
     remember_ids(spark, spec, els, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run.run_id}", 0))
@@ -85,7 +85,7 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         previous.unpersist()
         previous, prev_stage = out2, stage
     previous.unpersist()
-    els.unpersist()
+    cached.unpersist()
     return ledger
 
 
