@@ -114,6 +114,7 @@ def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exact
     crash(None)
     assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
     assert _tables(spark, spec) == _tables(spark, twin)
+    _assert_plan_forgotten_in_the_log(spark, spec.stages[0])
 
     rest = [r for r in rows if r[5] >= DAY0 + 8 * M]
     write_input(spark, spec.input_table, rest + [standing[-1]], mode="append")  # the late view again
@@ -231,3 +232,18 @@ def test_going_live_after_a_backfill_of_two_stages_with_sessions(spark):
             for window in {p.window for p in panes}:
                 history = [p for p in panes if p.window == window]
                 assert history_breaks(history) == [], (stage.output, key, window, history)
+
+
+def _assert_plan_forgotten_in_the_log(spark, stage) -> None:
+    """The plan table is partitioned by run: the finished run's plan is gone, dropped by a
+    DELETE that read and rewrote no file (a partition's files removed in the log)."""
+    from dataflow_core.spark.platform.tables import commit_info, snapshot_version, table_path
+    from dataflow_core.spark.sinks.corrections_plan import plan_table
+
+    path = table_path(spark, plan_table(stage))
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+    assert detail["partitionColumns"] == ["run_id"] and detail["numFiles"] == 0
+    forgot = commit_info(spark, path, snapshot_version(spark, path))
+    metrics = forgot["operationMetrics"]
+    assert forgot["operation"] == "DELETE" and int(metrics["numRemovedFiles"]) >= 1
+    assert "numCopiedRows" not in metrics and "numAddedFiles" not in metrics, metrics  # no file read or written

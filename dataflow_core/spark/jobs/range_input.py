@@ -8,6 +8,7 @@ One pass over the input makes the elements, with the refused rows of the range b
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
@@ -36,7 +37,7 @@ def read_range(
     from pyspark.sql import functions as F
 
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span))
-    seen = Observation(f"dataflow_read_{run.run_id}")
+    seen = Observation(f"dataflow_read_{uuid.uuid4().hex}")  # a name no other query of the session has
     # Every row passes the observation before the elements' shuffle (deduplication by event
     # id), so the first action on them counts all rows, whichever action that is.
     counted = tagged.observe(seen, *count_columns(in_range(spec, span)))

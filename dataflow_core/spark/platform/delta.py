@@ -41,10 +41,14 @@ def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
 
 def append_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None = None, note: str | None = None,
+    partition_by: Sequence[str] = (),
 ) -> None:
-    """Append `rows` to table `name` (created on first write), under `txn` when given;
-    `note` goes into the commit's `userMetadata` (its log entry, readable without a query)."""
+    """Append `rows` to table `name` (created on first write, partitioned by `partition_by`;
+    a table that exists keeps its own layout), under `txn` when given; `note` goes into the
+    commit's `userMetadata` (its log entry, readable without a query)."""
     writer = rows.write.format("delta").mode("append").option("mergeSchema", "true")
+    if partition_by and not table_exists(spark, name):
+        writer = writer.partitionBy(*partition_by)
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
     if note is not None:

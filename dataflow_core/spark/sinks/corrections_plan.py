@@ -6,6 +6,11 @@ and committed here under the run's idempotent key; then they are applied to the 
 the results, the live state and the seen ids, each write idempotent. A backfill
 interrupted anywhere and run again (it resumes the same run id) finds its plan and applies
 exactly the same corrections, instead of diffing against half-written tables.
+
+The table is partitioned by `run_id`: a run reads back only its own plan, and forgetting a
+finished run's plan is a DELETE of its partition, which Delta does in its log alone (no
+file is read or rewritten). A plan table made unpartitioned by an earlier release keeps
+working as it is.
 """
 
 from __future__ import annotations
@@ -40,7 +45,8 @@ def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out:
     from pyspark.sql import functions as F
 
     name = plan_table(stage)
-    append_rows(spark, name, out.withColumn("run_id", F.lit(run_id)), (f"dataflow:{spec.name}:{name}:{run_id}", 0))
+    append_rows(spark, name, out.withColumn("run_id", F.lit(run_id)), (f"dataflow:{spec.name}:{name}:{run_id}", 0),
+                partition_by=("run_id",))
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:
