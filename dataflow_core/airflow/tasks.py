@@ -359,10 +359,11 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
             expired = expire_seen_ids(spark, get(pipeline))
             entry["expired_rows_deleted"] = expired
             say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-        entry["files_removed"], entry["files_added"] = compact(
-            spark, table, results_file_bytes if table in results else None)
+        cap = results_file_bytes if table in results else None
+        entry["files_removed"], entry["files_added"] = compact(spark, table, cap)
         DeltaTable.forPath(spark, table_path(spark, table)).vacuum(hours)
-        say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}; "
+        capped = f" of at most {cap // 2**20} MiB" if cap else ""
+        say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}{capped}; "
             f"VACUUM kept {hours} h of time travel")
         done["tables"][table] = entry
     return done

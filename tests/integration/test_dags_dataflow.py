@@ -101,9 +101,9 @@ def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_f
     base = tmp_path_factory.mktemp("dag_runs")
     (base / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
 
-    def test(dag_id: str, warehouse: Path, *args: str, conf=None) -> tuple[list[str], dict[str, str]]:
+    def test(dag_id: str, warehouse: Path, *args: str, conf=None, **env: str) -> tuple[list[str], dict[str, str]]:
         argv = [dag_id, *args] + (["--conf", json.dumps(conf)] if conf is not None else [])
-        return argv, {"DATAFLOW_WAREHOUSE": str(warehouse)}
+        return argv, {"DATAFLOW_WAREHOUSE": str(warehouse), **env}
 
     day = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02"}
     commands = {
@@ -112,7 +112,7 @@ def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_f
                          conf={"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-03", "days_at_once": 2}),
         "bad_input": test("dataflow_backfill", bad_wh, conf=day),
         "daily": test("dataflow_daily__billing", sample_wh, "2024-05-02T00:00:00+00:00"),
-        "maintenance": test("dataflow_maintenance", maintained_wh[0]),
+        "maintenance": test("dataflow_maintenance", maintained_wh[0], DATAFLOW_RESULTS_FILE_MB="8"),
         "microbatch": test("dataflow_microbatch__ad_sessions", live_wh),
         "broken_microbatch": test("dataflow_microbatch__broken_counts", live_wh),
     }
@@ -250,6 +250,8 @@ def test_maintenance_dag_optimizes_and_vacuums(dag_runs, maintained_wh):
     (warehouse, before), out = maintained_wh, result.stdout
     assert result.code == 0 and _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
+    # the results table in files of at most $DATAFLOW_RESULTS_FILE_MB (test_delta_roundtrip shows what that does)
+    assert re.search(r"billing: OPTIMIZE compacted \d+ file\(s\) into \d+ of at most 8 MiB; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out
     history = DeltaTable(str(warehouse / "billing_panes")).history()
     assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} & {h["operation"] for h in history}
