@@ -325,3 +325,5 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_ledger_balances(spark):
     assert row["value"] == 12
     run_backfill(spark, name, "2024-05-01", "2024-05-02")
     assert read_table(spark, f"{spec.name}__quarantine").count() == 4, "re-runs quarantine a row once"
+    nothing = run_backfill(spark, name, "2024-05-05", "2024-05-06")  # a range without input
+    assert nothing.ledger_ok and nothing.ledger["read"] == nothing.ledger["panes"] == 0

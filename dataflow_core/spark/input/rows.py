@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 REASON = "quarantine_reason"
 REFUSED = "_dataflow_refused"
+DELIVERIES = "_dataflow_deliveries"
 _TAGS = "_dataflow_failed"
 
 
@@ -123,12 +124,15 @@ def quarantined(tagged: "DataFrame") -> "DataFrame":
     )
 
 
-def elements(spec: PipelineSpec, tagged: "DataFrame", keep_refused: "Column | None" = None) -> "DataFrame":
+def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = None) -> "DataFrame":
     """Accepted rows as elements, each event once: the first delivery (earliest ingest)
-    of each event id wins; later deliveries are duplicates. With `keep_refused`, the bad
-    rows for which it holds come along (each one, none taken for a duplicate) in
-    `REFUSED`: their input columns and reasons, as `quarantined` gives them (null for an
-    element), so that one pass over the input yields both."""
+    of each event id wins; later deliveries are duplicates.
+
+    With `within` (the rows a run accounts for, e.g. those of its range), one pass over the
+    input also yields what its ledger and quarantine need: the bad rows for which `within`
+    holds come along, each one, in `REFUSED` (their input columns and reasons, as
+    `quarantined` gives them; null for an element), and each element has in `DELIVERIES`
+    how many of its event's deliveries `within` holds for (0 for a refused row)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -139,27 +143,26 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", keep_refused: "Column | No
         ("ingest_ms", F.unix_millis(F.expr(spec.ingest_time))),
         ("event_id", F.expr(spec.event_id).cast("string")),
     ]
-    first = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
-    if keep_refused is None:
+    if within is None:
         rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols])
+        first = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
         return rows.withColumn("_delivery", F.row_number().over(first)).where("_delivery = 1").drop("_delivery")
     inputs = [F.col(f"`{c}`") for c in tagged.columns if c != _TAGS]
     refused = F.when(~ok, F.struct(*inputs, F.array_join(F.col(_TAGS), "; ").alias(REASON)))
-    rows = tagged.where(ok | keep_refused).select(*[F.when(ok, e).alias(c) for c, e in cols], refused.alias(REFUSED))
-    first = Window.partitionBy("event_id", F.col(REFUSED).isNull()).orderBy("ingest_ms", "event_ms")
+    rows = tagged.where(ok | within).select(
+        *[F.when(ok, e).alias(c) for c, e in cols], refused.alias(REFUSED),
+        (ok & within).cast("int").alias("_within"))
+    event = Window.partitionBy("event_id", F.col(REFUSED).isNull())  # refused rows apart: none is a duplicate
     kept = (F.col("_delivery") == 1) | F.col(REFUSED).isNotNull()
-    return rows.withColumn("_delivery", F.row_number().over(first)).where(kept).drop("_delivery")
-
-
-def count_columns(within: "Column | None" = None) -> list["Column"]:
-    """Aggregates over tagged rows: `read`, the rows (those `within`, when given), and
-    `bad`, how many of them are quarantined."""
-    from pyspark.sql import functions as F
-
-    rows = F.lit(True) if within is None else within
-    return [F.count_if(rows).alias("read"), F.count_if(rows & (F.size(_TAGS) > 0)).alias("bad")]
+    return (
+        rows.withColumn("_delivery", F.row_number().over(event.orderBy("ingest_ms", "event_ms")))
+        .withColumn(DELIVERIES, F.sum("_within").over(event))
+        .where(kept).drop("_delivery", "_within")
+    )
 
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":
     """One row: `read`, the rows read, and `bad`, how many are quarantined."""
-    return tagged.agg(*count_columns())
+    from pyspark.sql import functions as F
+
+    return tagged.agg(F.count(F.lit(1)).alias("read"), F.count_if(F.size(_TAGS) > 0).alias("bad"))
