@@ -346,7 +346,8 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
     if hours < 168:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    results = {s.output for s in get(pipeline).stages}
+    spec = get(pipeline)
+    results = {s.output for s in spec.stages}
     results_file_bytes = settings.results_file_mb() * 2**20
     # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
     shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []
@@ -355,8 +356,8 @@ def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
         say(f"pipeline {pipeline}: no output or state tables yet")
     for table in tables + shared:
         entry: dict[str, Any] = {}
-        if table == seen_table(get(pipeline)):
-            expired = expire_seen_ids(spark, get(pipeline))
+        if table == seen_table(spec):
+            expired = expire_seen_ids(spark, spec)
             entry["expired_rows_deleted"] = expired
             say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
         cap = results_file_bytes if table in results else None

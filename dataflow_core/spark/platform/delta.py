@@ -10,7 +10,7 @@ session settings, unset right after.
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Iterator, Sequence
+from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
 
 from dataflow_core.spark.platform.tables import (
     commit_info, register_table, snapshot_version, table_exists, table_path,
@@ -24,19 +24,27 @@ Txn = tuple[str, int]
 
 
 @contextmanager
-def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
-    """Delta's session settings for an idempotent MERGE, unset afterwards so that no other
-    write inherits them."""
-    if txn is None:
-        yield
-        return
-    spark.conf.set("spark.databricks.delta.write.txnAppId", txn[0])
-    spark.conf.set("spark.databricks.delta.write.txnVersion", str(txn[1]))
+def session_settings(spark: "SparkSession", settings: dict[str, str]) -> Iterator[None]:
+    """Spark session settings for the commands run inside, restored afterwards (unset when
+    they were unset), so that no other command inherits them."""
+    before = {key: spark.conf.get(key, None) for key in settings}
+    for key, value in settings.items():
+        spark.conf.set(key, value)
     try:
         yield
     finally:
-        spark.conf.unset("spark.databricks.delta.write.txnAppId")
-        spark.conf.unset("spark.databricks.delta.write.txnVersion")
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
+
+
+def idempotent(spark: "SparkSession", txn: Txn | None) -> ContextManager[None]:
+    """Delta's session settings for an idempotent MERGE under `txn` (none when None)."""
+    keys = {} if txn is None else {"spark.databricks.delta.write.txnAppId": txn[0],
+                                   "spark.databricks.delta.write.txnVersion": str(txn[1])}
+    return session_settings(spark, keys)
 
 
 def append_rows(
@@ -154,14 +162,8 @@ def compact(spark: "SparkSession", name: str, max_file_bytes: int | None = None)
     keeps that range in small files, so a MERGE rewrites those and skips the rest."""
     from delta.tables import DeltaTable
 
-    key = "spark.databricks.delta.optimize.maxFileSize"
-    before = spark.conf.get(key, None)
-    if max_file_bytes is not None:
-        spark.conf.set(key, str(max_file_bytes))
-    try:
+    cap = {} if max_file_bytes is None else {"spark.databricks.delta.optimize.maxFileSize": str(max_file_bytes)}
+    with session_settings(spark, cap):
         metrics = DeltaTable.forPath(spark, table_path(spark, name)).optimize().executeCompaction().collect()
-    finally:
-        if max_file_bytes is not None:
-            spark.conf.unset(key) if before is None else spark.conf.set(key, before)
     done = metrics[0]["metrics"] if metrics else None
     return (int(done["numFilesRemoved"]), int(done["numFilesAdded"])) if done else (0, 0)
