@@ -97,7 +97,10 @@ def run_corrections(
             return both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
         fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
             & F.col("window_start").isNotNull()
-        rest = both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+        # Kept once computed (Spark's local checkpoint), so the callers' several passes over the
+        # output run the executors' Python once; the fresh windows' rows are a projection.
+        rest = both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema).localCheckpoint(
+            eager=False)
         return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
     return (
         both.groupBy(*keys)

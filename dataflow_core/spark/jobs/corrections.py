@@ -3,7 +3,9 @@
 1. The diff (Spark SQL, a comparison only): the recomputed windows against the stage's
    results, keeping windows that are new, changed (value or timestamp) or gone.
 2. The corrections (`execute.corrections`, the model per key in executors): each changed
-   window's next pane after its standing one, retractions in retracting mode.
+   window's next pane after its standing one, retractions in retracting mode. The plan
+   (`sinks.corrections_plan`) is committed before any write: the changed windows, or with
+   live state the corrections themselves, so that a resumed run applies the same ones.
 3. The writes: pane log, results (the window's total), where micro-batches keep live state
    for the pipeline the state (the corrected windows' accumulators rebuilt from the
    backfill's input, so later batches carry on from the corrected figures), and the seen ids
@@ -27,7 +29,7 @@ from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.sinks.corrections_plan import read_plan, write_plan
+from dataflow_core.spark.sinks.corrections_plan import read_plan, write_changes, write_plan
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
@@ -50,18 +52,24 @@ def correct_stage(
 
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
-    out = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
-    if out is None:
-        states = read_states(spark, stage, table_version(spark, state_table(stage))) if live else None
-        planned = run_corrections(
-            _changed(spark, stage, finals, owned), stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-            run.now, watermark, elements=elements if states is not None else None, states=states,
-        )
-        write_plan(spark, spec, stage, planned, run.run_id)
-        out = read_plan(spark, stage, run.run_id)
+    plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
+    if plan is None:
+        changed = _changed(spark, stage, finals, owned)
+        if live:
+            states = read_states(spark, stage, table_version(spark, state_table(stage)))
+            write_plan(spark, spec, stage, run_corrections(
+                changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
+                elements=elements, states=states), run.run_id)
+        else:
+            write_changes(spark, spec, stage, changed, watermark, run.run_id)
+        plan = read_plan(spark, stage, run.run_id)
     else:
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
     crash_point(f"{stage.output}-planned")
+    out = None if plan is None else plan.rows
+    if plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here
+        out = run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
+                              run.now, plan.watermark)
     if out is None:  # nothing changed
         counts, corrected = {"panes": 0, "retractions": 0}, 0
     else:

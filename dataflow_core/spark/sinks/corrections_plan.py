@@ -1,11 +1,20 @@
-"""`<output>__corrections`: a backfill's corrections of a stage, stored before any of them is
-applied.
+"""`<output>__corrections`: a backfill's plan of corrections for a stage, stored before any
+of them is applied.
 
-The corrections (panes, results rows, live state rows) are computed once, by the model,
-and committed here under the run's idempotent key; then they are applied to the pane log,
-the results, the live state and the seen ids, each write idempotent. A backfill
-interrupted anywhere and run again (it resumes the same run id) finds its plan and applies
-exactly the same corrections, instead of diffing against half-written tables.
+A run diffs the recomputed windows against the results once, and commits what it will
+apply here under its idempotent key; then it applies it to the pane log, the results, the
+live state and the seen ids, each write idempotent. A backfill interrupted anywhere and run
+again (it resumes the same run id) finds its plan and applies exactly the same corrections,
+instead of diffing against half-written tables.
+
+What is stored depends on what the corrections follow from:
+- without live state, the changed windows themselves (`kind = 'change'`, one narrow row per
+  window, with the watermark that paces them): the model's corrections are a function of
+  those, the run's processing time and that watermark, so a run (or its resumption)
+  computes them again from the plan, in memory, instead of writing and reading back every
+  pane and results row;
+- with live state, the corrections (`'pane'`, `'result'`, `'state'` rows): they also depend
+  on the live state and the input, which the run itself rewrites.
 
 The table is partitioned by `run_id`: a run reads back only its own plan, and forgetting a
 finished run's plan is a DELETE of its partition, which Delta does in its log alone (no
@@ -15,29 +24,50 @@ working as it is.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.spark.execute.corrections import CORRECTION_COLUMNS
 from dataflow_core.spark.platform.delta import append_rows
 from dataflow_core.spark.platform.tables import read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+CHANGE = "change"
+WATERMARK = "planned_watermark"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A run's stored plan: the corrections (`watermark` None), or the changed windows
+    (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`."""
+
+    rows: "DataFrame"
+    watermark: Instant | None = None
+
 
 def plan_table(stage: StageSpec) -> str:
     return f"{stage.output}__corrections"
 
 
-def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> "DataFrame | None":
-    """The corrections run `run_id` planned for `stage` (None when it planned none yet)."""
+def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | None:
+    """The plan run `run_id` stored for `stage` (None when it planned nothing yet)."""
     from pyspark.sql import functions as F
 
     name = plan_table(stage)
     if not table_exists(spark, name):
         return None
     plan = read_table(spark, name).where(F.col("run_id") == run_id).drop("run_id")
-    return plan if plan.limit(1).count() else None
+    marks = [c for c in ("kind", WATERMARK) if c in plan.columns]
+    first = plan.select(*marks).limit(1).collect()
+    if not first:
+        return None
+    if first[0]["kind"] != CHANGE:
+        return Plan(plan)
+    return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK])
 
 
 def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out: "DataFrame", run_id: str) -> None:
@@ -47,6 +77,17 @@ def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out:
     name = plan_table(stage)
     append_rows(spark, name, out.withColumn("run_id", F.lit(run_id)), (f"dataflow:{spec.name}:{name}:{run_id}", 0),
                 partition_by=("run_id",))
+
+
+def write_changes(
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, changes: "DataFrame", watermark: Instant, run_id: str,
+) -> None:
+    """Store the changed windows (`CORRECTION_COLUMNS`) to correct at `watermark`, as `write_plan` does."""
+    from pyspark.sql import functions as F
+
+    rows = changes.select(*stage.key_columns, *CORRECTION_COLUMNS, F.lit(CHANGE).alias("kind"),
+                          F.lit(watermark).cast("bigint").alias(WATERMARK))
+    write_plan(spark, spec, stage, rows, run_id)
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:
