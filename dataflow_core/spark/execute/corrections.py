@@ -45,11 +45,14 @@ def run_corrections(
     elements: "DataFrame | None" = None,
     states: "DataFrame | None" = None,
     fresh_in_sql: bool = True,
+    persisted: list["DataFrame"] | None = None,
 ) -> "DataFrame":
     """The corrections' output rows (see the module docstring), lazily. `elements` (key
     columns, `value`, `event_ms`, optional `retraction`) and `states` (key columns,
     `state`) are given together, for a stage with live state. `fresh_in_sql=False` sends
-    the windows the results do not have through the executors too (a test compares)."""
+    the windows the results do not have through the executors too (a test compares).
+    `persisted`, for a caller that reads the output several times: the executors' part is
+    persisted and added to it, for the caller to unpersist when done."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -94,19 +97,25 @@ def run_corrections(
     if not live:
         probe = fresh_correction(strategy, at, watermark) if fresh_in_sql else None
         if probe is None:
-            return both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema)
+            return _kept(both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
         fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
             & F.col("window_start").isNotNull()
-        # Kept once computed (Spark's local checkpoint), so the callers' several passes over the
-        # output run the executors' Python once; the fresh windows' rows are a projection.
-        rest = both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema).localCheckpoint(
-            eager=False)
+        rest = _kept(both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
         return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
     return (
         both.groupBy(*keys)
         .cogroup(states.select(*keys, "state").groupBy(*keys))  # type: ignore[union-attr]
         .applyInArrow(one_key, schema)
     )
+
+
+def _kept(rows: "DataFrame", persisted: list["DataFrame"] | None) -> "DataFrame":
+    """The executors' output, persisted when the caller keeps a list of what to unpersist
+    (the fresh windows' rows are a projection of the input: no need to keep them)."""
+    if persisted is None:
+        return rows
+    persisted.append(rows.persist())
+    return persisted[-1]
 
 
 def _fresh_rows(fixes: "DataFrame", probe: FreshCorrection, keys: list[str], schema) -> "DataFrame":

@@ -67,9 +67,10 @@ def correct_stage(
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
     crash_point(f"{stage.output}-planned")
     out = None if plan is None else plan.rows
+    kept: list["DataFrame"] = []
     if plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here
         out = run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-                              run.now, plan.watermark)
+                              run.now, plan.watermark, persisted=kept)
     if out is None:  # nothing changed
         counts, corrected = {"panes": 0, "retractions": 0}, 0
     else:
@@ -93,6 +94,8 @@ def correct_stage(
             say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
         if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
             _mark_seen(spark, spec, stage, out, elements, run.run_id)
+    for df in kept:
+        df.unpersist()
     outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
     ledger.per_stage[stage.output] = outcome
     ledger.panes += outcome["panes"]
