@@ -145,20 +145,22 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     ]
     if within is None:
         rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols])
-        event = Window.partitionBy("event_id")
+        event = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
         kept = F.col("_delivery") == 1
     else:
         inputs = [F.col(f"`{c}`") for c in tagged.columns if c != _TAGS]
         refused = F.when(~ok, F.struct(*inputs, F.array_join(F.col(_TAGS), "; ").alias(REASON)))
         rows = tagged.where(ok | within).select(
             *[F.when(ok, e).alias(c) for c, e in cols], refused.alias(REFUSED),
-            (ok & within).cast("int").alias("_within"))
-        event = Window.partitionBy("event_id", F.col(REFUSED).isNull())  # refused rows apart: none is a duplicate
-        rows = rows.withColumn(DELIVERIES, F.sum("_within").over(event)).drop("_within")
-        kept = (F.col("_delivery") == 1) | F.col(REFUSED).isNotNull()
-    first = F.row_number().over(event.orderBy("ingest_ms", "event_ms"))
-    return rows.withColumn("_delivery", first).where(kept).drop("_delivery")
-
+            (ok & within).cast("int").alias("_within"), (~ok).alias("_refused"))
+        # One window spec (partitioned on a column, not an expression) for both functions:
+        # one shuffle and one sort of the input.
+        event = Window.partitionBy("event_id", "_refused").orderBy("ingest_ms", "event_ms")
+        whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
+        rows = rows.withColumn(DELIVERIES, F.sum("_within").over(whole))  # refused rows apart: none is a duplicate
+        kept = (F.col("_delivery") == 1) | F.col("_refused")
+    first = F.row_number().over(event)
+    return rows.withColumn("_delivery", first).where(kept).drop("_delivery", "_within", "_refused")
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":
     """One row: `read`, the rows read, and `bad`, how many are quarantined."""

@@ -124,8 +124,11 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
         else:
             els = cached = range_elements(spark, spec, read_span)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
-        finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end)).persist()
-        if not isinstance(wfn, Sessions) or not _touches_edge(finals, read_span, wfn.gap, span):
+        finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
+        if not isinstance(wfn, Sessions):
+            break
+        finals = finals.persist()  # read twice: whether a session reaches the edge, then corrected
+        if not _touches_edge(finals, read_span, wfn.gap, span):
             break
         say(f"a session reaches the edge of the rows read; widening the read by {2 * max(before, after) // 60000} min")
         finals.unpersist()
