@@ -161,6 +161,27 @@ def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_pla
     _assert_plan_forgotten_in_the_log(spark, stage)
 
 
+def test_a_backfill_remembers_the_ids_of_the_windows_it_owns_and_no_others(spark):
+    """A first backfill (no results yet: every window it computes is new) and one of the next
+    day (results there: only its changed windows): each adds to the seen ids exactly the
+    events of the windows starting in its range, not those it read only to complete them."""
+    spec = _billing(f"t_seen_{next(_names)}", AccumulationMode.ACCUMULATING)
+    day = 86_400 * S
+    rows = [("a", "u1", "ad1", "1", DAY0 + 5 * M, DAY0 + 6 * M),
+            ("b", "u1", "ad1", "2", DAY0 + day - 5 * M, DAY0 + day - 4 * M),  # the range's last window
+            ("c", "u1", "ad1", "3", DAY0 + day + 5 * M, DAY0 + day + 6 * M),  # the next day's first window
+            ("d", "u2", "ad2", "4", DAY0 + day + 7 * M, DAY0 + day + 8 * M)]
+    write_input(spark, spec.input_table, rows)
+
+    def seen() -> set[str]:
+        return {r["event_id"] for r in read_table(spark, f"{spec.name}__seen_ids").collect()}
+
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 2 * day)).ledger_ok
+    assert seen() == {"a", "b"}
+    assert run_backfill(spark, spec.name, "2024-05-02", "2024-05-03", now=format_instant(DAY0 + 2 * day)).ledger_ok
+    assert seen() == {"a", "b", "c", "d"}
+
+
 def test_a_reset_then_a_full_run_equals_a_fresh_pipeline(spark):
     """After `dataflow reset --drop-outputs`, the next micro-batch reads the input from the
     start and leaves exactly what a new pipeline's first batch leaves (no write of the new

@@ -61,7 +61,8 @@ def correct_stage(
                 changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
                 elements=elements, states=states), run.run_id)
         else:
-            write_changes(spark, spec, stage, changed, watermark, run.run_id)
+            every_window = current_results(spark, stage) is None  # so every recomputed window is a change
+            write_changes(spark, spec, stage, changed, watermark, every_window, run.run_id)
         plan = read_plan(spark, stage, run.run_id)
     else:
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
@@ -93,7 +94,8 @@ def correct_stage(
             crash_point(f"{stage.output}-corrected-state")
             say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
         if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
-            _mark_seen(spark, spec, stage, out, elements, run.run_id)
+            every = owned if plan.every_window else None
+            _mark_seen(spark, spec, stage, out, elements, run.run_id, every)
     for df in kept:
         df.unpersist()
     outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
@@ -133,9 +135,11 @@ def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned
     )
 
 
-def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str) -> None:
+def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str,
+               every: EventRange | None) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
-    seen ids (batch -1: a backfill's)."""
+    seen ids (batch -1: a backfill's). `every`: the corrected windows are every window
+    starting in that range (the stage had no results)."""
     from pyspark.sql import functions as F
 
     keys = list(stage.key_columns)
@@ -144,10 +148,14 @@ def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", el
     form = stage.strategy.window_fn.sql_window("event_ms")
     if form is not None:  # each element in one window, known from its time: an equi-join, not a range join per key
         placed = elements.withColumn("_w_start", F.expr(form[0]))
-        inside_window = [placed["_w_start"] == windows["window_start"]]
+        if every is not None:  # and the windows are all those of the range: no join at all
+            inside = placed.where((F.col("_w_start") >= every.start) & (F.col("_w_start") < every.end))
+        else:
+            inside = placed.join(windows, [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
+                                 + [placed["_w_start"] == windows["window_start"]], "left_semi")
     else:
         placed = elements
-        inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
-    same_key = [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
-    inside = placed.join(windows, [*same_key, *inside_window], "left_semi")
+        inside = placed.join(windows, [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
+                             + [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]],
+                             "left_semi")
     remember_ids(spark, spec, inside, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run_id}", 0))

@@ -38,15 +38,18 @@ if TYPE_CHECKING:
 
 CHANGE = "change"
 WATERMARK = "planned_watermark"
+EVERY_WINDOW = "planned_every_window"
 
 
 @dataclass(frozen=True)
 class Plan:
     """A run's stored plan: the corrections (`watermark` None), or the changed windows
-    (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`."""
+    (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`;
+    `every_window`: they are every window the run recomputed (the stage had no results)."""
 
     rows: "DataFrame"
     watermark: Instant | None = None
+    every_window: bool = False
 
 
 def plan_table(stage: StageSpec) -> str:
@@ -61,13 +64,14 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     if not table_exists(spark, name):
         return None
     plan = read_table(spark, name).where(F.col("run_id") == run_id).drop("run_id")
-    marks = [c for c in ("kind", WATERMARK) if c in plan.columns]
+    marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW) if c in plan.columns]
     first = plan.select(*marks).limit(1).collect()
     if not first:
         return None
     if first[0]["kind"] != CHANGE:
         return Plan(plan)
-    return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK])
+    return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK],
+                bool(first[0][EVERY_WINDOW]) if EVERY_WINDOW in marks else False)
 
 
 def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out: "DataFrame", run_id: str) -> None:
@@ -80,13 +84,15 @@ def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out:
 
 
 def write_changes(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, changes: "DataFrame", watermark: Instant, run_id: str,
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, changes: "DataFrame", watermark: Instant,
+    every_window: bool, run_id: str,
 ) -> None:
-    """Store the changed windows (`CORRECTION_COLUMNS`) to correct at `watermark`, as `write_plan` does."""
+    """Store the changed windows (`CORRECTION_COLUMNS`) to correct at `watermark`, as
+    `write_plan` does; `every_window`: see `Plan`."""
     from pyspark.sql import functions as F
 
     rows = changes.select(*stage.key_columns, *CORRECTION_COLUMNS, F.lit(CHANGE).alias("kind"),
-                          F.lit(watermark).cast("bigint").alias(WATERMARK))
+                          F.lit(watermark).cast("bigint").alias(WATERMARK), F.lit(every_window).alias(EVERY_WINDOW))
     write_plan(spark, spec, stage, rows, run_id)
 
 
