@@ -162,6 +162,7 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     first = F.row_number().over(event)
     return rows.withColumn("_delivery", first).where(kept).drop("_delivery", "_within", "_refused")
 
+
 def read_counts(tagged: "DataFrame") -> "DataFrame":
     """One row: `read`, the rows read, and `bad`, how many are quarantined."""
     from pyspark.sql import functions as F

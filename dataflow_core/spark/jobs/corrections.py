@@ -148,14 +148,13 @@ def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", el
     form = stage.strategy.window_fn.sql_window("event_ms")
     if form is not None:  # each element in one window, known from its time: an equi-join, not a range join per key
         placed = elements.withColumn("_w_start", F.expr(form[0]))
-        if every is not None:  # and the windows are all those of the range: no join at all
-            inside = placed.where((F.col("_w_start") >= every.start) & (F.col("_w_start") < every.end))
-        else:
-            inside = placed.join(windows, [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
-                                 + [placed["_w_start"] == windows["window_start"]], "left_semi")
+        inside_window = [placed["_w_start"] == windows["window_start"]]
     else:
         placed = elements
-        inside = placed.join(windows, [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
-                             + [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]],
-                             "left_semi")
+        inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
+    if form is not None and every is not None:  # and the windows are all those of the range: no join at all
+        inside = placed.where((F.col("_w_start") >= every.start) & (F.col("_w_start") < every.end))
+    else:
+        same_key = [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
+        inside = placed.join(windows, [*same_key, *inside_window], "left_semi")
     remember_ids(spark, spec, inside, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run_id}", 0))
