@@ -9,6 +9,7 @@ inside this process."""
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 from collections import Counter
 
@@ -180,6 +181,33 @@ def test_a_backfill_remembers_the_ids_of_the_windows_it_owns_and_no_others(spark
     assert seen() == {"a", "b"}
     assert run_backfill(spark, spec.name, "2024-05-02", "2024-05-03", now=format_instant(DAY0 + 2 * day)).ledger_ok
     assert seen() == {"a", "b", "c", "d"}
+
+
+def test_a_first_sessions_backfill_remembers_the_ids_of_the_sessions_starting_in_its_range(spark):
+    """Sessions (5-minute gaps) across both edges of the range: the ids remembered are those
+    of the sessions that start in it, including their rows after its end, and none of a
+    session that started before it, or of a later session of the same key."""
+    from tests.integration.test_backfill import sessions_pipeline
+
+    name = f"t_seen_sessions_{next(_names)}"
+    spec = sessions_pipeline(name, f"{name}_in")
+    day = 86_400 * S
+    rows = [("h", "u1", "ad1", "1", DAY0 - 10 * M, DAY0 - 9 * M),  # a session of April 30
+            ("g", "u1", "ad1", "1", DAY0 + day - 20 * M, DAY0 + day - 19 * M),
+            ("a", "u1", "ad1", "1", DAY0 + day - 3 * M, DAY0 + day - 2 * M),  # one session over midnight
+            ("b", "u1", "ad1", "1", DAY0 + day + M, DAY0 + day + 2 * M),
+            ("f", "u1", "ad1", "1", DAY0 + day + 15 * M, DAY0 + day + 16 * M),  # a session of May 2
+            ("c", "u2", "ad2", "1", DAY0 - 2 * M, DAY0 - M),  # one session from April 30 into May 1
+            ("d", "u2", "ad2", "1", DAY0 + 2 * M, DAY0 + 3 * M),
+            ("e", "u3", "ad3", "1", DAY0 + 600 * M, DAY0 + 601 * M)]
+    write_input(spark, spec.input_table, rows)
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 2 * day)).ledger_ok
+    assert {r["event_id"] for r in read_table(spark, f"{spec.name}__seen_ids").collect()} == {"g", "a", "b", "e"}
+    # and the results hold those sessions whole, and no piece of the one that began on April 30
+    # (Spark pushes a filter on a session_window's start below the merging of sessions)
+    sessions = {(r["user_id"], int(r["window_start"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000), r["value"])
+                for r in read_table(spark, spec.stages[0].output).collect()}
+    assert sessions == {("u1", DAY0 + day - 20 * M, 1), ("u1", DAY0 + day - 3 * M, 2), ("u3", DAY0 + 600 * M, 1)}
 
 
 def test_a_reset_then_a_full_run_equals_a_fresh_pipeline(spark):

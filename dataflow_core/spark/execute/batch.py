@@ -115,8 +115,13 @@ def _fast_sessions(elements, strategy, key_columns, value_type):
     """Spark's `session_window` also merges sessions that only touch (an event exactly one
     gap after the last one joins its session), while the model merges `[t, t+gap)` windows
     only when they overlap. A gap one millisecond shorter gives the model's rule on integer
-    milliseconds (the next event joins iff it is before the last one plus the gap); the end
-    then moves back by that millisecond. Bounds come back as timestamps, turned into ms."""
+    milliseconds (the next event joins iff it is before the last one plus the gap).
+
+    The bounds come from the session's first and last element (`[first, last + gap)`), not
+    from the `session_window` column: Spark pushes a filter on that grouping column below
+    the merging of sessions (it filters each element's own `[t, t+gap)` window), so the
+    backfill's filter on where a window starts would cut a session that began before the
+    range down to its elements inside the range."""
     from pyspark.sql import functions as F
 
     gap = strategy.window_fn.gap
@@ -124,9 +129,9 @@ def _fast_sessions(elements, strategy, key_columns, value_type):
     value, ts = _aggregates(strategy)
     if strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW:
         ts = F.lit(None)
-    out = elements.groupBy(*key_columns, session).agg(value.cast(value_type).alias("value"), ts.alias("ts"))
-    out = out.withColumn("window_start", F.unix_millis("_s.start")).withColumn(
-        "window_end", F.unix_millis("_s.end") + F.lit(1))
+    out = elements.groupBy(*key_columns, session).agg(
+        value.cast(value_type).alias("value"), ts.alias("ts"),
+        F.min("event_ms").alias("window_start"), (F.max("event_ms") + F.lit(gap)).alias("window_end"))
     out = out.withColumn("ts", F.coalesce(F.col("ts").cast("bigint"), F.col("window_end") - F.lit(1)))
     return out.select(*key_columns, *FINAL_COLUMNS)
 

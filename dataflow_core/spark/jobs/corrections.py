@@ -143,18 +143,24 @@ def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", el
     from pyspark.sql import functions as F
 
     keys = list(stage.key_columns)
-    windows = out.where("kind = 'result' AND NOT is_retraction AND window_start IS NOT NULL").select(
-        *[out[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
     form = stage.strategy.window_fn.sql_window("event_ms")
-    if form is not None:  # each element in one window, known from its time: an equi-join, not a range join per key
-        placed = elements.withColumn("_w_start", F.expr(form[0]))
-        inside_window = [placed["_w_start"] == windows["window_start"]]
+    if form is not None and every is not None:  # every window of the range, each known from an element's time
+        start = F.expr(form[0])
+        inside = elements.where((start >= every.start) & (start < every.end))
     else:
-        placed = elements
-        inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
-    if form is not None and every is not None:  # and the windows are all those of the range: no join at all
-        inside = placed.where((F.col("_w_start") >= every.start) & (F.col("_w_start") < every.end))
-    else:
+        windows = out.where("kind = 'result' AND NOT is_retraction AND window_start IS NOT NULL").select(
+            *[out[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
+        if form is None and every is not None and stage.strategy.window_fn.is_merging:
+            # Merged windows are disjoint and hold every element of their key, so all those
+            # starting in the range are one stretch of each key's time: one row per key.
+            windows = windows.groupBy(*[f"_w_{k}" for k in keys]).agg(
+                F.min("window_start").alias("window_start"), F.max("window_end").alias("window_end"))
+        if form is not None:  # each element in one window, known from its time: an equi-join, not a range join
+            placed = elements.withColumn("_w_start", F.expr(form[0]))
+            inside_window = [placed["_w_start"] == windows["window_start"]]
+        else:
+            placed = elements
+            inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
         same_key = [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
         inside = placed.join(windows, [*same_key, *inside_window], "left_semi")
     remember_ids(spark, spec, inside, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run_id}", 0))
