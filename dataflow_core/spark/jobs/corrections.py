@@ -54,15 +54,16 @@ def correct_stage(
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     if plan is None:
-        changed = _changed(spark, stage, finals, owned)
+        current = current_results(spark, stage)
+        changed = _changed(stage, finals, current, owned)
         if live:
             states = read_states(spark, stage, table_version(spark, state_table(stage)))
             write_plan(spark, spec, stage, run_corrections(
                 changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
                 elements=elements, states=states), run.run_id)
         else:
-            every_window = current_results(spark, stage) is None  # so every recomputed window is a change
-            write_changes(spark, spec, stage, changed, watermark, every_window, run.run_id)
+            # without results, every recomputed window is a change
+            write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)
         plan = read_plan(spark, stage, run.run_id)
     else:
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
@@ -108,14 +109,13 @@ def correct_stage(
     return out is not None
 
 
-def _changed(spark: "SparkSession", stage: StageSpec, finals: "DataFrame", owned: EventRange | None) -> "DataFrame":
-    """The windows whose recomputed pane differs from the results' standing pane (or that
-    exist on one side only), as `execute.corrections.CORRECTION_COLUMNS`."""
+def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None", owned: EventRange | None) -> "DataFrame":
+    """The windows whose recomputed pane differs from the standing pane of the results
+    `current` (or that exist on one side only), as `execute.corrections.CORRECTION_COLUMNS`."""
     from pyspark.sql import functions as F
 
     wid = [*stage.key_columns, "window_start", "window_end"]
     ours = finals.select(*wid, F.lit(True).alias("present"), "value", "ts")
-    current = current_results(spark, stage)
     if current is None:
         return ours.select(
             *wid, "present", "value", "ts",
@@ -150,7 +150,7 @@ def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", el
     else:
         windows = out.where("kind = 'result' AND NOT is_retraction AND window_start IS NOT NULL").select(
             *[out[k].alias(f"_w_{k}") for k in keys], "window_start", "window_end")
-        if form is None and every is not None and stage.strategy.window_fn.is_merging:
+        if every is not None and stage.strategy.window_fn.is_merging:
             # Merged windows are disjoint and hold every element of their key, so all those
             # starting in the range are one stretch of each key's time: one row per key.
             windows = windows.groupBy(*[f"_w_{k}" for k in keys]).agg(
