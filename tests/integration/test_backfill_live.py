@@ -162,6 +162,38 @@ def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_pla
     _assert_plan_forgotten_in_the_log(spark, stage)
 
 
+def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it_planned(spark, crash):
+    """A pipeline's first backfill (no results, no live state) plans one row: the version of
+    the input it read. Stopped after each of its commit points in turn, with the input changed
+    before each retry (a view deleted, one added in the range), then run to the end, it
+    leaves the tables of an uninterrupted twin over the input as it first read it."""
+    from dataflow_core.spark.sinks.corrections_plan import plan_table
+
+    rows = to_rows(VIEWS)
+    now = format_instant(DAY0 + 11 * M)
+    twin = _billing(f"t_first_twin_{next(_names)}", AccumulationMode.ACCUMULATING)
+    spec = _billing(f"t_first_{next(_names)}", AccumulationMode.ACCUMULATING)
+    for pipeline in (twin, spec):
+        write_input(spark, pipeline.input_table, rows)
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    stage = spec.stages[0]
+    for n, point in enumerate((f"{stage.output}-planned", f"{stage.output}-corrected-panes",
+                               f"{stage.output}-corrected-results")):
+        crash(point)
+        with pytest.raises(SimulatedCrash):
+            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+        plan = read_table(spark, plan_table(stage)).collect()
+        assert [(r["kind"], r["planned_input_version"]) for r in plan] == [("recompute", 0)], plan
+        _delete(spark, spec.input_table, rows[n][0])
+        write_input(spark, spec.input_table, [(f"new-{n}", "u9", "ad1", "7", DAY0 + 60 * S, DAY0 + 9 * M)],
+                    mode="append")
+    crash(None)
+    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+    assert result.ledger_ok and result.ledger["panes"] >= 1
+    assert _tables(spark, spec) == _tables(spark, twin)
+    _assert_plan_forgotten_in_the_log(spark, stage)
+
+
 def test_a_backfill_remembers_the_ids_of_the_windows_it_owns_and_no_others(spark):
     """A first backfill (no results yet: every window it computes is new) and one of the next
     day (results there: only its changed windows): each adds to the seen ids exactly the

@@ -46,13 +46,15 @@ def run_corrections(
     states: "DataFrame | None" = None,
     fresh_in_sql: bool = True,
     persisted: list["DataFrame"] | None = None,
+    all_fresh: bool = False,
 ) -> "DataFrame":
     """The corrections' output rows (see the module docstring), lazily. `elements` (key
     columns, `value`, `event_ms`, optional `retraction`) and `states` (key columns,
     `state`) are given together, for a stage with live state. `fresh_in_sql=False` sends
     the windows the results do not have through the executors too (a test compares).
     `persisted`, for a caller that reads the output several times: the executors' part is
-    persisted and added to it, for the caller to unpersist when done."""
+    persisted and added to it, for the caller to unpersist when done. `all_fresh`: the results
+    have none of these windows (a first backfill), so no executor is started for the rest."""
     import pyarrow as pa
     from pyspark.sql import functions as F
 
@@ -100,6 +102,10 @@ def run_corrections(
             return _kept(both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
         fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
             & F.col("window_start").isNotNull()
+        if all_fresh:
+            from pyspark.sql.types import _parse_datatype_string
+
+            return _fresh_rows(both, probe, keys, _parse_datatype_string(schema))
         rest = _kept(both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
         return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
     return (

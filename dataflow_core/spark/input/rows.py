@@ -66,15 +66,16 @@ def pipeline_rules(spec: PipelineSpec) -> list[tuple[str, "Column"]]:
     return [(name, F.coalesce(ok, F.lit(False))) for name, ok in rules]
 
 
-def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange) -> "DataFrame":
+def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, version: int | None = None) -> "DataFrame":
     """The input rows of `span` that the pipeline takes (its `where`), reading only the
     partitions that can hold them: the span's dates, plus dates after tomorrow, which only
-    rows with broken clocks can be in."""
+    rows with broken clocks can be in. `version`: the input as of that version, not the latest."""
     from pyspark.sql import functions as F
 
+    from dataflow_core.spark.platform.delta import read_as_of
     from dataflow_core.spark.platform.tables import read_table
 
-    df = read_table(spark, spec.input_table)
+    df = read_table(spark, spec.input_table) if version is None else read_as_of(spark, spec.input_table, version)
     missing = [c for c in (spec.partition_column,) if c and c not in df.columns]
     if missing:
         raise DataflowError(f"pipeline {spec.name!r}: input table {spec.input_table} has no column {missing[0]!r}")

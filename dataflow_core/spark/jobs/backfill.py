@@ -34,8 +34,9 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
+from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
-from dataflow_core.spark.sinks.corrections_plan import forget_plans
+from dataflow_core.spark.sinks.corrections_plan import forget_plans, read_plan
 from dataflow_core.spark.sinks.results import current_results, standing_panes
 from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, finish_run, start_run
 
@@ -117,12 +118,13 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     ledger = Ledger()
     before, after = _margins(wfn)
     finals = None
+    version = _input_version(spark, spec, first, run)
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            els, cached = read_range(spark, spec, span, read_span, run, ledger, say)
+            els, cached = read_range(spark, spec, span, read_span, run, ledger, say, version)
         else:
-            els = cached = range_elements(spark, spec, read_span)
+            els = cached = range_elements(spark, spec, read_span, version)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
         if not isinstance(wfn, Sessions):
@@ -141,7 +143,8 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
         ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
-    if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live):
+    if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
+                     input_version=version):
         planned.append(first)
     finals.unpersist()
     cached.unpersist()
@@ -155,6 +158,17 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
             planned.append(stage)
         mapped.unpersist()
     return ledger
+
+
+def _input_version(spark, spec: PipelineSpec, first: StageSpec, run: Run) -> int:
+    """The version of the input the run reads (one snapshot for all its reads): the latest,
+    or, resuming a run that planned to recompute its first stage from the input, the version
+    that plan names (`sinks.corrections_plan`)."""
+    if run.resumed:
+        plan = read_plan(spark, first, run.run_id)
+        if plan is not None and plan.input_version is not None:
+            return plan.input_version
+    return table_version(spark, spec.input_table)
 
 
 def _margins(wfn) -> tuple[int, int]:

@@ -5,7 +5,9 @@
 2. The corrections (`execute.corrections`, the model per key in executors): each changed
    window's next pane after its standing one, retractions in retracting mode. The plan
    (`sinks.corrections_plan`) is committed before any write: the changed windows, or with
-   live state the corrections themselves, so that a resumed run applies the same ones.
+   live state the corrections themselves, so that a resumed run applies the same ones; for
+   a stage with no results and no live state, only the version of the input the run read
+   (every window is then a change, computed again from that version when resumed).
 3. The writes: pane log, results (the window's total), where micro-batches keep live state
    for the pipeline the state (the corrected windows' accumulators rebuilt from the
    backfill's input, so later batches carry on from the corrected figures), and the seen ids
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
+from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.execute.corrections import STANDING, run_corrections
@@ -29,7 +32,7 @@ from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.sinks.corrections_plan import read_plan, write_changes, write_plan
+from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan, write_recompute
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
@@ -43,10 +46,11 @@ if TYPE_CHECKING:
 def correct_stage(
     spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
     run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
-    live_watermarks: dict[str, Instant] | None,
+    live_watermarks: dict[str, Instant] | None, input_version: int | None = None,
 ) -> bool:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
-    windows starting in `owned` (all windows when None); `elements` is the stage's input.
+    windows starting in `owned` (all windows when None); `elements` is the stage's input,
+    `input_version` the version of the pipeline's input table they come from (first stage).
     True when the run has a plan of corrections for the stage (to forget once it finished)."""
     from pyspark.sql import functions as F
 
@@ -61,26 +65,39 @@ def correct_stage(
             write_plan(spark, spec, stage, run_corrections(
                 changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
                 elements=elements, states=states), run.run_id)
+        elif current is None and input_version is not None:  # every window a change, computed from the input
+            write_recompute(spark, spec, stage, changed, watermark, input_version, run.run_id)
+            plan = Plan(None, watermark, True, input_version)
         else:
             # without results, every recomputed window is a change
             write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)
-        plan = read_plan(spark, stage, run.run_id)
+        plan = plan or read_plan(spark, stage, run.run_id)
     else:
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
     crash_point(f"{stage.output}-planned")
     out = None if plan is None else plan.rows
     kept: list["DataFrame"] = []
-    if plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here
+    if plan is not None and plan.input_version is not None:  # every window computed from that input
+        if plan.input_version != input_version:
+            raise DataflowError(f"run {run.run_id} planned stage {stage.output} from version {plan.input_version} "
+                                f"of its input, but read version {input_version}")
+        changes = _changed(stage, finals, None, owned)
+        if not finals.is_cached:  # read by the counts, the pane log and the results
+            kept.append(changes := changes.persist())
+        out = run_corrections(changes, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
+                              run.now, plan.watermark, all_fresh=True)
+    elif plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here
         out = run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
                               run.now, plan.watermark, persisted=kept)
-    if out is None:  # nothing changed
-        counts, corrected = {"panes": 0, "retractions": 0}, 0
+    counts = None if out is None else out.agg(
+        F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
+        F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
+        F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
+        F.count(F.lit(1)).alias("rows"),
+    ).first()
+    if counts is None or not counts["rows"]:  # nothing changed (a range without input, say)
+        out, counts, corrected = None, {"panes": 0, "retractions": 0}, 0
     else:
-        counts = out.agg(
-            F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
-            F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
-            F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
-        ).first()
         corrected = int(counts["fixed"])
         # Appended under the run's idempotent key, as the state is: a resumed run applies the
         # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
@@ -106,7 +123,7 @@ def correct_stage(
     ledger.corrected_windows += corrected
     say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions, "
         f"{corrected:,} windows corrected")
-    return out is not None
+    return plan is not None
 
 
 def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None", owned: EventRange | None) -> "DataFrame":

@@ -21,20 +21,23 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def range_elements(spark, spec: PipelineSpec, read_span: EventRange) -> "DataFrame":
-    """The elements of `read_span`, persisted (not yet computed)."""
-    return elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span))).persist()
+def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None) -> "DataFrame":
+    """The elements of `read_span` (in the input as of `version`, else its latest),
+    persisted (not yet computed)."""
+    return elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))).persist()
 
 
 def read_range(
     spark, spec: PipelineSpec, span: EventRange, read_span: EventRange, run: Run, ledger: Ledger, say,
+    version: int | None = None,
 ) -> tuple["DataFrame", "DataFrame"]:
-    """The elements of `read_span` (a widening of `span`), and the persisted DataFrame they
-    are read from (to unpersist when done with them). The rows of `span` fill in the ledger
-    (read, quarantined, accepted, duplicates), and its bad rows are quarantined."""
+    """The elements of `read_span` (a widening of `span`; in the input as of `version`, else
+    its latest), and the persisted DataFrame they are read from (to unpersist when done with
+    them). The rows of `span` fill in the ledger (read, quarantined, accepted, duplicates),
+    and its bad rows are quarantined."""
     from pyspark.sql import functions as F
 
-    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span))
+    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
     both = elements(spec, tagged, within=in_range(spec, span)).persist()
     element = F.col(REFUSED).isNull()
     counts = both.agg(  # the job that computes `both`

@@ -130,6 +130,7 @@ def _created_with(
     clustered on `cluster_by` (Delta's liquid clustering) when given. Returns the rows
     written; None when another run created the table first (the caller then merges)."""
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructField, StructType
 
     from delta.tables import DeltaTable
 
@@ -137,13 +138,15 @@ def _created_with(
         rows = rows.where(~F.col("_delete")).drop("_delete")
     path = table_path(spark, name)
     # Delta ignores the clustering of a plain write to a path: a clustered table is created
-    # empty (version 0), and the rows appended (version 1).
+    # empty (version 0), and the rows appended (version 1). Its columns are nullable, as a
+    # plain write makes them: a column declared non-nullable would be a NOT NULL constraint.
     writer = rows.write.format("delta").mode("append" if cluster_by else "errorifexists")
     if txn is not None:
         writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
     try:
         if cluster_by:
-            DeltaTable.create(spark).location(path).addColumns(rows.schema).clusterBy(*cluster_by).execute()
+            columns = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in rows.schema.fields])
+            DeltaTable.create(spark).location(path).addColumns(columns).clusterBy(*cluster_by).execute()
         writer.save(path)
     except Exception:
         if not table_exists(spark, name):

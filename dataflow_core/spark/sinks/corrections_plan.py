@@ -14,7 +14,12 @@ What is stored depends on what the corrections follow from:
   computes them again from the plan, in memory, instead of writing and reading back every
   pane and results row;
 - with live state, the corrections (`'pane'`, `'result'`, `'state'` rows): they also depend
-  on the live state and the input, which the run itself rewrites.
+  on the live state and the input, which the run itself rewrites;
+- for a stage with neither results nor live state (a pipeline's first backfill), one row
+  (`kind = 'recompute'`) with the version of the input the run reads: every window it
+  computes is a change, and a resumed run computes them again from the input as of that
+  version, so nothing per window needs storing (the run's own writes, which make the
+  results exist, cannot change what it plans).
 
 The table is partitioned by `run_id`: a run reads back only its own plan, and forgetting a
 finished run's plan is a DELETE of its partition, which Delta does in its log alone (no
@@ -37,19 +42,24 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CHANGE = "change"
+RECOMPUTE = "recompute"
 WATERMARK = "planned_watermark"
 EVERY_WINDOW = "planned_every_window"
+INPUT_VERSION = "planned_input_version"
 
 
 @dataclass(frozen=True)
 class Plan:
     """A run's stored plan: the corrections (`watermark` None), or the changed windows
     (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`;
-    `every_window`: they are every window the run recomputed (the stage had no results)."""
+    `every_window`: they are every window the run recomputed (the stage had no results).
+    With `input_version`, no rows are stored (`rows` None): every window recomputed from the
+    input as of that version is a change."""
 
-    rows: "DataFrame"
+    rows: "DataFrame | None"
     watermark: Instant | None = None
     every_window: bool = False
+    input_version: int | None = None
 
 
 def plan_table(stage: StageSpec) -> str:
@@ -64,10 +74,12 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     if not table_exists(spark, name):
         return None
     plan = read_table(spark, name).where(F.col("run_id") == run_id).drop("run_id")
-    marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW) if c in plan.columns]
+    marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW, INPUT_VERSION) if c in plan.columns]
     first = plan.select(*marks).limit(1).collect()
     if not first:
         return None
+    if first[0]["kind"] == RECOMPUTE:
+        return Plan(None, first[0][WATERMARK], True, first[0][INPUT_VERSION])
     if first[0]["kind"] != CHANGE:
         return Plan(plan)
     return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK],
@@ -94,6 +106,21 @@ def write_changes(
     rows = changes.select(*stage.key_columns, *CORRECTION_COLUMNS, F.lit(CHANGE).alias("kind"),
                           F.lit(watermark).cast("bigint").alias(WATERMARK), F.lit(every_window).alias(EVERY_WINDOW))
     write_plan(spark, spec, stage, rows, run_id)
+
+
+def write_recompute(
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, changes: "DataFrame", watermark: Instant,
+    input_version: int, run_id: str,
+) -> None:
+    """Store the plan to correct, at `watermark`, every window computed from the input as of
+    `input_version` (the stage has neither results nor live state): one row, typed as the
+    changes (`CORRECTION_COLUMNS`) so that other runs' plans share the table's layout."""
+    from pyspark.sql import functions as F
+
+    typed = [F.lit(None).cast(t).alias(c) for c, t in changes.select(*stage.key_columns, *CORRECTION_COLUMNS).dtypes]
+    row = spark.range(1).select(*typed, F.lit(RECOMPUTE).alias("kind"), F.lit(watermark).cast("bigint").alias(WATERMARK),
+                                F.lit(True).alias(EVERY_WINDOW), F.lit(input_version).cast("bigint").alias(INPUT_VERSION))
+    write_plan(spark, spec, stage, row, run_id)
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:
