@@ -69,7 +69,7 @@ from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
     refuse_if_backfill_holds,
 )
-from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
+from dataflow_core.spark.sinks.live_state import due, next_wake, read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.quarantine import write_quarantine
 from dataflow_core.spark.sinks.results import standing_panes, write_results
@@ -357,11 +357,10 @@ def _idle_tick(spark, spec: PipelineSpec, prev: dict, now_ms: Instant) -> bool:
     """Whether a tick at `now_ms` after the finished batch `prev` would change nothing but
     the batch log: the watermark estimator learns nothing from time passing, no later
     stage's watermark is held back below the input's (so none can move), and no key of any
-    stage has a timer or watermark deadline due (`_due`). Such a tick is not made, so an
-    idle `--loop` costs one small query per interval instead of a batch's commits; the next
-    batch fires what comes due, as this tick would have."""
-    from pyspark.sql import functions as F
-
+    stage has a timer or watermark deadline due (`live_state.Wake`). Such a tick is not made, so an
+    idle `--loop` costs no query at all while the state stays as it is (`next_wake`: read
+    once per version) instead of a batch's commits; the next batch fires what comes due, as
+    this tick would have."""
     estimator = spec.watermark()
     if prev.get("estimator_state"):
         estimator.load_state(json.loads(prev["estimator_state"]))
@@ -372,18 +371,8 @@ def _idle_tick(spark, spec: PipelineSpec, prev: dict, now_ms: Instant) -> bool:
         return False
     if any(watermarks.get(s.output) != wm for s in spec.stages[1:]):
         return False
-    states = [read_states(spark, s, table_version(spark, state_table(s))) for s in spec.stages]
-    due = [df.agg(F.bool_or(_due(now_ms, wm)).alias(f"due_{i}")) for i, df in enumerate(states) if df is not None]
-    return not due or not any(_one_job(*due).values())
-
-
-def _due(time: Instant, watermark: Instant):
-    """A state row whose key has something due at a step at processing time `time` with the
-    watermark at `watermark`: a processing-time timer before that time, or a watermark
-    deadline the watermark reaches (as `runners.keyed.run_key` fires them)."""
-    from pyspark.sql import functions as F
-
-    return (F.col("wake_timer") < F.lit(time)) | (F.col("wake_watermark") <= F.lit(watermark))
+    wakes = [next_wake(spark, s) for s in spec.stages]
+    return not any(w is not None and w.due(now_ms, wm) for w in wakes)
 
 
 @dataclass
@@ -584,7 +573,7 @@ def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedu
     elif states is not None:
         with_data = arrivals.select(*keys).distinct().withColumn("_arrived", F.lit(True))
         woken = states.join(with_data, keys, "left").where(
-            _due(latest_time, wm) | F.col("_arrived").isNotNull()).select(*keys, "state")
+            due(latest_time, wm) | F.col("_arrived").isNotNull()).select(*keys, "state")
     else:
         key_types = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in keys)
         woken = spark.createDataFrame([], f"{key_types}, state string")

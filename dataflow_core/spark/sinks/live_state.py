@@ -9,17 +9,18 @@ readable list of its windows for SQL users.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.state_codec import STATE_VERSION
-from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import StageSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
 from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 WAKE_COLUMNS = ("wake_timer", "wake_watermark")
 
@@ -59,6 +60,53 @@ def read_states(spark: "SparkSession", stage: StageSpec, version: int) -> "DataF
 _readable: set[tuple[str, int]] = set()
 """(Delta table id, version) of state tables found to hold only this build's state version: a
 version's contents never change, so a batch's stages (and the next stage's hold spans) ask once."""
+
+
+def due(time: Instant, watermark: Instant) -> "Column":
+    """A state row whose key has something due at a step at processing time `time` with the
+    watermark at `watermark`: a processing-time timer before that time, or a watermark
+    deadline the watermark reaches (as `runners.keyed.run_key` fires them)."""
+    from pyspark.sql import functions as F
+
+    return (F.col("wake_timer") < F.lit(time)) | (F.col("wake_watermark") <= F.lit(watermark))
+
+
+@dataclass(frozen=True)
+class Wake:
+    """When the earliest key of a stage's live state next needs a visit: its least
+    processing-time timer and least watermark deadline (None: no key has one)."""
+
+    timer: Instant | None
+    watermark: Instant | None
+
+    def due(self, time: Instant, watermark: Instant) -> bool:
+        """Whether `due` holds for some key (the same test, on the least values)."""
+        return (self.timer is not None and self.timer < time) or (self.watermark is not None and self.watermark <= watermark)
+
+
+def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:
+    """The stage's `Wake` as of its state table's latest version (None before the first
+    batch). A version's contents never change, so the state is read once per version, not
+    at every interval of an idle `--loop` that asks whether anything is due."""
+    from pyspark.sql import functions as F
+
+    name = state_table(stage)
+    if not table_exists(spark, name):
+        return None
+    path = table_path(spark, name)
+    identity = snapshot_identity(spark, path)
+    cached = _wakes.get(path)
+    if cached is not None and cached[0] == identity:
+        return cached[1]
+    row = read_states(spark, stage, identity[1]).agg(  # type: ignore[union-attr]
+        F.min("wake_timer").alias("t"), F.min("wake_watermark").alias("w")).first()
+    wake = Wake(row["t"], row["w"])
+    _wakes[path] = (identity, wake)
+    return wake
+
+
+_wakes: dict[str, tuple[tuple[str, int], Wake]] = {}
+"""Per state table path: the (table id, version) last summarised and its Wake."""
 
 
 def write_state(spark: "SparkSession", stage: StageSpec, out: "DataFrame", batch: int, txn: Txn) -> None:
