@@ -194,6 +194,42 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
     _assert_plan_forgotten_in_the_log(spark, stage)
 
 
+def test_a_first_backfill_whose_planned_input_version_is_gone_says_so_and_starts_afresh_as_told(spark, crash):
+    """A first backfill stopped after its plan, whose planned version of the input can no
+    longer be read (vacuumed, the log cleaned), fails with one line naming the run, the
+    version and the tables to move away; with those moved away, it runs to the end and
+    leaves the tables of an uninterrupted twin."""
+    import os
+
+    from dataflow_core.spark.sinks.corrections_plan import plan_table
+
+    rows = to_rows(VIEWS)
+    now = format_instant(DAY0 + 11 * M)
+    twin = _billing(f"t_gone_twin_{next(_names)}", AccumulationMode.ACCUMULATING)
+    spec = _billing(f"t_gone_{next(_names)}", AccumulationMode.ACCUMULATING)
+    for pipeline in (twin, spec):
+        write_input(spark, pipeline.input_table, rows)
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    stage = spec.stages[0]
+    crash(f"{stage.output}-corrected-panes")
+    with pytest.raises(SimulatedCrash):
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+    crash(None)
+    spark.sql(f"UPDATE delta.`{table_path(spark, plan_table(stage))}` SET planned_input_version = 999")
+    with pytest.raises(DataflowError) as gone:
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+    line = str(gone.value)
+    assert "\n" not in line and "cannot resume" in line and f"version 999 of {spec.input_table}" in line, line
+    named = line.split("move away the tables it was writing (")[1].split(")")[0].split(", ")
+    assert set(named) == {stage.output, f"{stage.output}_panes", plan_table(stage), f"{spec.name}__seen_ids"}, line
+    for name in named:
+        if table_exists(spark, name):
+            path = table_path(spark, name).removeprefix("file:")
+            os.rename(path, f"{path}.moved")
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    assert _tables(spark, spec) == _tables(spark, twin)
+
+
 def test_a_backfill_remembers_the_ids_of_the_windows_it_owns_and_no_others(spark):
     """A first backfill (no results yet: every window it computes is new) and one of the next
     day (results there: only its changed windows): each adds to the seen ids exactly the

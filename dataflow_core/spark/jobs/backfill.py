@@ -34,7 +34,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
-from dataflow_core.spark.platform.delta import table_version
+from dataflow_core.spark.platform.delta import gone_cause, table_version
 from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
 from dataflow_core.spark.sinks.corrections_plan import forget_plans, read_plan
 from dataflow_core.spark.sinks.results import current_results, standing_panes
@@ -102,12 +102,11 @@ def _interval(text: str) -> int:
 
 
 def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None,
-           planned: list[StageSpec]) -> Ledger:
+           planned_stages: list[StageSpec]) -> Ledger:
     """Every window of the range recomputed and corrected, stage by stage; `live` holds the
     stages' live watermarks when micro-batches run the pipeline. The stages that got a plan
-    of corrections are added to `planned`."""
-    from pyspark.sql import functions as F
-
+    of corrections are added to `planned_stages`. A resumed run whose plan names a version
+    of the input that is gone fails with one line."""
     first = spec.stages[0]
     wfn = first.strategy.window_fn
     if isinstance(wfn, GlobalWindows):
@@ -115,10 +114,32 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
             f"pipeline {spec.name!r}: stage {first.output!r} has one global window, which no "
             "event-time range owns; backfill needs interval windows in the first stage"
         )
+    version, planned = _input_version(spark, spec, first, run)
+    try:
+        return _corrected(spark, spec, span, run, fast, say, live, planned_stages, version)
+    except Exception as exc:
+        cause = gone_cause(exc) if planned else None
+        if cause is None:
+            raise
+        raise DataflowError(
+            f"backfill run {run.run_id} of {spec.name!r} cannot resume: it planned stage {first.output!r} from "
+            f"version {version} of {spec.input_table}, which can no longer be read (vacuumed, or the log cleaned: "
+            f"{cause}); what it wrote before it stopped stays. To start it afresh, move away the tables it was "
+            f"writing ({first.output}, {first.output}_panes, {first.output}__corrections, {spec.name}__seen_ids) "
+            "and run it again"
+        ) from None
+
+
+def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None,
+               planned: list[StageSpec], version: int) -> Ledger:
+    """`_batch` on the input as of `version`."""
+    from pyspark.sql import functions as F
+
+    first = spec.stages[0]
+    wfn = first.strategy.window_fn
     ledger = Ledger()
     before, after = _margins(wfn)
     finals = None
-    version = _input_version(spark, spec, first, run)
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
@@ -160,15 +181,15 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, liv
     return ledger
 
 
-def _input_version(spark, spec: PipelineSpec, first: StageSpec, run: Run) -> int:
+def _input_version(spark, spec: PipelineSpec, first: StageSpec, run: Run) -> tuple[int, bool]:
     """The version of the input the run reads (one snapshot for all its reads): the latest,
     or, resuming a run that planned to recompute its first stage from the input, the version
-    that plan names (`sinks.corrections_plan`)."""
+    that plan names (`sinks.corrections_plan`); and whether it is that planned one."""
     if run.resumed:
         plan = read_plan(spark, first, run.run_id)
         if plan is not None and plan.input_version is not None:
-            return plan.input_version
-    return table_version(spark, spec.input_table)
+            return plan.input_version, True
+    return table_version(spark, spec.input_table), False
 
 
 def _margins(wfn) -> tuple[int, int]:

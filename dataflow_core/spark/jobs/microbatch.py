@@ -63,7 +63,7 @@ from dataflow_core.spark.input.rows import elements, quarantined, read_counts, t
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
-from dataflow_core.spark.platform.delta import Txn, read_as_of, table_version
+from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
@@ -440,11 +440,6 @@ def _compute(spark, spec: PipelineSpec, rows, rec: BatchRecord, prev: dict | Non
     return ledger
 
 
-UNREADABLE = ("DELTA_VERSION_NOT_FOUND", "VersionNotFound", "Cannot time travel", "FileNotFoundException",
-              "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND")
-"""What Spark and Delta say when a version or a data file of a table is gone (log cleaned, VACUUM)."""
-
-
 @contextmanager
 def _readable(spec: PipelineSpec, rec: BatchRecord) -> Iterator[None]:
     """A batch whose recorded versions can no longer be read (left unfinished for longer
@@ -452,10 +447,9 @@ def _readable(spec: PipelineSpec, rec: BatchRecord) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
-        text = f"{type(exc).__name__}: {exc}"
-        if not any(m in text for m in UNREADABLE):
+        cause = gone_cause(exc)
+        if cause is None:
             raise
-        cause = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
         raise DataflowError(
             f"pipeline {spec.name!r}: batch {rec.batch} cannot be retried: the table versions it recorded when "
             f"it started ({', '.join(f'{k} v{v}' for k, v in rec.versions.items())}) can no longer be read "

@@ -65,6 +65,19 @@ def append_rows(
     register_table(spark, name)
 
 
+UNREADABLE = ("DELTA_VERSION_NOT_FOUND", "VersionNotFound", "Cannot time travel", "FileNotFoundException",
+              "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND")
+"""What Spark and Delta say when a version or a data file of a table is gone (log cleaned, VACUUM)."""
+
+
+def gone_cause(exc: BaseException) -> str | None:
+    """When `exc` says a version or data file of a table is gone (`UNREADABLE`): the first
+    line of what it says, to quote in a one-line error; None for any other error."""
+    if not any(m in f"{type(exc).__name__}: {exc}" for m in UNREADABLE):
+        return None
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
+
+
 def table_version(spark: "SparkSession", name: str) -> int:
     """The table's latest version (-1 when it does not exist), without a query
     (`tables.snapshot_version`)."""
