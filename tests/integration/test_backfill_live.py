@@ -162,6 +162,21 @@ def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_pla
     _assert_plan_forgotten_in_the_log(spark, stage)
 
 
+FIRST_NOW = format_instant(DAY0 + 11 * M)
+
+
+def _first_backfill_twins(spark, prefix: str):
+    """Two billing pipelines over the same input (VIEWS): the twin already backfilled once
+    (uninterrupted, at FIRST_NOW), the other with no run yet. Returns the rows and both."""
+    rows = to_rows(VIEWS)
+    twin = _billing(f"{prefix}_twin_{next(_names)}", AccumulationMode.ACCUMULATING)
+    spec = _billing(f"{prefix}_{next(_names)}", AccumulationMode.ACCUMULATING)
+    for pipeline in (twin, spec):
+        write_input(spark, pipeline.input_table, rows)
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
+    return rows, twin, spec
+
+
 def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it_planned(spark, crash):
     """A pipeline's first backfill (no results, no live state) plans one row: the version of
     the input it read. Stopped after each of its commit points in turn, with the input changed
@@ -169,26 +184,20 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
     leaves the tables of an uninterrupted twin over the input as it first read it."""
     from dataflow_core.spark.sinks.corrections_plan import plan_table
 
-    rows = to_rows(VIEWS)
-    now = format_instant(DAY0 + 11 * M)
-    twin = _billing(f"t_first_twin_{next(_names)}", AccumulationMode.ACCUMULATING)
-    spec = _billing(f"t_first_{next(_names)}", AccumulationMode.ACCUMULATING)
-    for pipeline in (twin, spec):
-        write_input(spark, pipeline.input_table, rows)
-    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    rows, twin, spec = _first_backfill_twins(spark, "t_first")
     stage = spec.stages[0]
     for n, point in enumerate((f"{stage.output}-planned", f"{stage.output}-corrected-panes",
                                f"{stage.output}-corrected-results")):
         crash(point)
         with pytest.raises(SimulatedCrash):
-            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
         plan = read_table(spark, plan_table(stage)).collect()
         assert [(r["kind"], r["planned_input_version"]) for r in plan] == [("recompute", 0)], plan
         _delete(spark, spec.input_table, rows[n][0])
         write_input(spark, spec.input_table, [(f"new-{n}", "u9", "ad1", "7", DAY0 + 60 * S, DAY0 + 9 * M)],
                     mode="append")
     crash(None)
-    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
     assert result.ledger_ok and result.ledger["panes"] >= 1
     assert _tables(spark, spec) == _tables(spark, twin)
     _assert_plan_forgotten_in_the_log(spark, stage)
@@ -203,21 +212,15 @@ def test_a_first_backfill_whose_planned_input_version_is_gone_says_so_and_starts
 
     from dataflow_core.spark.sinks.corrections_plan import plan_table
 
-    rows = to_rows(VIEWS)
-    now = format_instant(DAY0 + 11 * M)
-    twin = _billing(f"t_gone_twin_{next(_names)}", AccumulationMode.ACCUMULATING)
-    spec = _billing(f"t_gone_{next(_names)}", AccumulationMode.ACCUMULATING)
-    for pipeline in (twin, spec):
-        write_input(spark, pipeline.input_table, rows)
-    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    _, twin, spec = _first_backfill_twins(spark, "t_gone")
     stage = spec.stages[0]
     crash(f"{stage.output}-corrected-panes")
     with pytest.raises(SimulatedCrash):
-        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
     crash(None)
     spark.sql(f"UPDATE delta.`{table_path(spark, plan_table(stage))}` SET planned_input_version = 999")
     with pytest.raises(DataflowError) as gone:
-        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
     line = str(gone.value)
     assert "\n" not in line and "cannot resume" in line and f"version 999 of {spec.input_table}" in line, line
     named = line.split("move away the tables it was writing (")[1].split(")")[0].split(", ")
@@ -226,7 +229,7 @@ def test_a_first_backfill_whose_planned_input_version_is_gone_says_so_and_starts
         if table_exists(spark, name):
             path = table_path(spark, name).removeprefix("file:")
             os.rename(path, f"{path}.moved")
-    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
     assert _tables(spark, spec) == _tables(spark, twin)
 
 
