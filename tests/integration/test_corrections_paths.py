@@ -64,8 +64,9 @@ def test_fresh_windows_in_sql_equal_the_model_key_by_key(spark, drawn, mode, wat
     fixes = spark.createDataFrame(fixes_rows(drawn), SCHEMA).select("k", *CORRECTION_COLUMNS)
     codec = KeyCodec(("k",))
 
-    def rows(fresh_in_sql: bool) -> list[dict]:
-        out = run_corrections(fixes, strategy, codec, "decimal(28,3)", AT, watermark, fresh_in_sql=fresh_in_sql)
+    def rows(fresh_in_sql: bool, only=None, all_fresh: bool = False) -> list[dict]:
+        out = run_corrections(fixes if only is None else fixes.where(only), strategy, codec, "decimal(28,3)", AT,
+                              watermark, fresh_in_sql=fresh_in_sql, all_fresh=all_fresh)
         return sorted((r.asDict() for r in out.drop("ordinal").collect()), key=repr)
 
     assert fresh_correction(strategy, AT, watermark) is not None, "these windows go the SQL way"
@@ -74,3 +75,6 @@ def test_fresh_windows_in_sql_equal_the_model_key_by_key(spark, drawn, mode, wat
     fresh = {(r[0], r[1]) for r in fixes.collect() if r["s_pane_index"] is None}
     for kind in ("pane", "result"):
         assert {(r["k"], r["window_start"]) for r in in_sql if r["kind"] == kind} >= fresh, kind
+    # a first backfill's windows (none in the results) skip the executors altogether
+    new = "s_pane_index IS NULL"
+    assert rows(True, new, all_fresh=True) == rows(False, new), (mode, watermark)

@@ -137,11 +137,15 @@ def _fresh_rows(fixes: "DataFrame", probe: FreshCorrection, keys: list[str], sch
     for name, value in pane_to_row(probe.passed).items():
         if name not in own:
             fields[name] = F.lit(value) if early is None else F.when(passed, F.lit(value)).otherwise(F.lit(early[name]))
-    rows = fixes.select(*keys, *own, F.explode(F.array(F.lit("pane"), F.lit("result"))).alias("kind"),
-                        F.lit(0).alias("ordinal"), *[c.alias(n) for n, c in fields.items()])
-    return rows.select(*[
-        (F.col(f.name) if f.name in rows.columns else F.lit(None)).cast(f.dataType).alias(f.name) for f in schema.fields
-    ])
+    def of_kind(kind: str) -> "DataFrame":
+        rows = fixes.select(*keys, *own, F.lit(kind).alias("kind"), F.lit(0).alias("ordinal"),
+                            *[c.alias(n) for n, c in fields.items()])
+        return rows.select(*[(F.col(f.name) if f.name in rows.columns else F.lit(None)).cast(f.dataType).alias(f.name)
+                             for f in schema.fields])
+
+    # two projections, not an explode: a reader of one kind (the pane log, the results) makes
+    # only its own rows, since Spark drops the union's other side
+    return of_kind("pane").unionByName(of_kind("result"))
 
 
 def _correction(key: object, r: dict) -> Correction:
