@@ -8,6 +8,7 @@ are the first stage's key columns, `value`, `event_ms`, `ingest_ms` and `event_i
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -103,15 +104,19 @@ def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame") -> "D
     """`rows` plus `_dataflow_failed`: the names of the rules each row breaks."""
     from pyspark.sql import functions as F
 
-    tags = []
+    rules = []
     if spec.quality_suite:
         from dataflow_core.quality.rules import load_rules
 
         suite = load_rules(spec.quality_suite)
         suite.check_columns(rows.columns)
-        tags += [F.when(~rule.passes(), F.lit(rule.name)) for rule in suite.rules]
-    tags += [F.when(~ok, F.lit(name)) for name, ok in pipeline_rules(spec)]
-    return rows.withColumn(_TAGS, F.filter(F.array(*tags), lambda t: t.isNotNull()))
+        rules += [(rule.name, rule.passes()) for rule in suite.rules]
+    rules += pipeline_rules(spec)
+    # The names are gathered only for a row that breaks a rule: gathering them (a lambda
+    # over an array) runs without Spark's generated code, and nearly every row passes.
+    passes = functools.reduce(lambda a, b: a & b, [ok for _, ok in rules])
+    named = F.filter(F.array(*[F.when(~ok, F.lit(name)) for name, ok in rules]), lambda t: t.isNotNull())
+    return rows.withColumn(_TAGS, F.when(passes, F.array().cast("array<string>")).otherwise(named))
 
 
 def quarantined(tagged: "DataFrame") -> "DataFrame":
