@@ -327,3 +327,14 @@ def test_bad_rows_are_quarantined_with_reasons_and_the_ledger_balances(spark):
     assert read_table(spark, f"{spec.name}__quarantine").count() == 4, "re-runs quarantine a row once"
     nothing = run_backfill(spark, name, "2024-05-05", "2024-05-06")  # a range without input
     assert nothing.ledger_ok and nothing.ledger["read"] == nothing.ledger["panes"] == 0
+
+
+def test_a_backfill_of_an_input_table_that_does_not_exist_says_so_in_one_line(spark):
+    """The input is read as of one version; a table with none yet is named, not a crash."""
+    from dataflow_core.errors import DataflowError
+
+    spec = billing_pipeline("t_no_input", "t_no_input_table")
+    with pytest.raises(DataflowError) as missing:
+        run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-03")
+    line = str(missing.value)
+    assert "\n" not in line and "table 't_no_input_table' not found" in line, line

@@ -76,7 +76,8 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, versi
     from dataflow_core.spark.platform.delta import read_as_of
     from dataflow_core.spark.platform.tables import read_table
 
-    df = read_table(spark, spec.input_table) if version is None else read_as_of(spark, spec.input_table, version)
+    missing_or_latest = version is None or version < 0  # read_table names a missing table
+    df = read_table(spark, spec.input_table) if missing_or_latest else read_as_of(spark, spec.input_table, version)
     missing = [c for c in (spec.partition_column,) if c and c not in df.columns]
     if missing:
         raise DataflowError(f"pipeline {spec.name!r}: input table {spec.input_table} has no column {missing[0]!r}")
