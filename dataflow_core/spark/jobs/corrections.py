@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.execute.corrections import STANDING, run_corrections
@@ -77,10 +76,7 @@ def correct_stage(
     crash_point(f"{stage.output}-planned")
     out = None if plan is None else plan.rows
     kept: list["DataFrame"] = []
-    if plan is not None and plan.input_version is not None:  # every window computed from that input
-        if plan.input_version != input_version:
-            raise DataflowError(f"run {run.run_id} planned stage {stage.output} from version {plan.input_version} "
-                                f"of its input, but read version {input_version}")
+    if plan is not None and plan.input_version is not None:  # every window, from the input as of that version
         changes = _changed(stage, finals, None, owned)
         if not finals.is_cached:  # read by the counts, the pane log and the results
             kept.append(changes := changes.persist())
