@@ -25,7 +25,8 @@ CODEGEN_CACHE_ENTRIES = "1000"
 """Generated classes Spark keeps compiled. Its default, 100, is fewer than one micro-batch
 uses, so each batch compiled ~185 classes again (1.4 s of Janino, and the JIT starting
 over); a billing batch uses about 250. Each kept class holds about 0.1 MiB of metaspace, so
-a long `--loop` grows by at most ~100 MiB for it."""
+a long `--loop` grows by at most ~100 MiB for it. A static setting: given when the session
+is built, so it wins over a value in spark-defaults.conf."""
 LOCAL_SHUFFLE_PARTITIONS = "4"  # Spark's 200 default makes small local jobs crawl
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
