@@ -32,9 +32,10 @@ first slice, then keeps one query running (ours: `run_loop`, what `dataflow micr
 appends the other slices one at a time, each once the one before is processed. Rows per
 second from the first append to the last slice processed, ours / theirs: target at least
 0.8x. Our loop's ticks (an interval without input still fires timers) are part of its cost.
-The first slice is processed at the machine's clock, the loop's: processed at its own event
-time (as the one-process slices are), the loop's first interval would find processing time
-two years on and fire every early-pane timer at once, a burst no live pipeline meets.
+The loop's first slice is processed at the machine's clock, which the loop then runs at. At
+its own event time (as the one-process slices are), the loop's first interval would find
+processing time two years later and fire every early-pane timer at once, a burst no live
+pipeline meets.
 
     .venv/bin/python benchmarks/bench_streaming.py            # 1 + 4 slices of 50,000 rows
     .venv/bin/python benchmarks/bench_streaming.py --quick    # 1 + 3 slices of 5,000 rows
