@@ -22,11 +22,11 @@ from dataflow_core.model.group_by_window import Correction, Element, FreshCorrec
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
-from dataflow_core.spark.execute.keyed_stage import (
-    KeyCodec, arrow_schema_of, key_fields, load_state, output_schema, state_row,
-)
+from dataflow_core.spark.execute.by_key import map_keys
+from dataflow_core.spark.execute.keyed_stage import KeyCodec, key_fields, load_state, output_schema, state_row
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 STANDING = ("s_value", "s_ts", "s_timing", "s_pane_index", "s_on_time_index", "s_emitted_at")
@@ -55,12 +55,10 @@ def run_corrections(
     `persisted`, for a caller that reads the output several times: the executors' part is
     persisted and added to it, for the caller to unpersist when done. `all_fresh`: the results
     have none of these windows (a first backfill), so no executor is started for the rest."""
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     keys = list(codec.columns)
     schema = output_schema(key_fields(fixes, keys), value_type)
-    arrow_schema = arrow_schema_of(schema)
     live = states is not None
     both = fixes.select(*keys, *CORRECTION_COLUMNS)
     if elements is not None:
@@ -69,10 +67,9 @@ def run_corrections(
             *keys, F.col("value").alias("el_value"), "event_ms", retraction.alias("el_retraction"))
         both = both.unionByName(inputs, allowMissingColumns=True)
 
-    def one_key(key_scalars: tuple, table: "pa.Table", state: "pa.Table | None" = None) -> "pa.Table":
+    def one_key(row_key: list, table: "pa.Table", state: "pa.Table | None") -> list[dict]:
         if not table.num_rows or table.column("present").null_count == table.num_rows:
-            return arrow_schema.empty_table()
-        row_key = [k.as_py() for k in key_scalars]
+            return []
         key = codec.key(row_key)
         text = state.column("state")[0].as_py() if state is not None and state.num_rows else None
         ks = load_state(key, strategy, text) if live else KeyedWindowSet(key, strategy)
@@ -94,25 +91,21 @@ def run_corrections(
                 rows.append({**keyed, "kind": "result", **pane_to_row(pane), "value": total})
         if live:
             rows.append(state_row(keyed, ks, watermark))
-        return pa.Table.from_pylist(rows, schema=arrow_schema)
+        return rows
 
     if not live:
         probe = fresh_correction(strategy, at, watermark) if fresh_in_sql else None
         if probe is None:
-            return _kept(both.groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
+            return _kept(map_keys(both, keys, one_key, schema), persisted)
         fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
             & F.col("window_start").isNotNull()
         if all_fresh:
             from pyspark.sql.types import _parse_datatype_string
 
             return _fresh_rows(both, probe, keys, _parse_datatype_string(schema))
-        rest = _kept(both.where(~fresh).groupBy(*keys).applyInArrow(lambda k, t: one_key(k, t), schema), persisted)
+        rest = _kept(map_keys(both.where(~fresh), keys, one_key, schema), persisted)
         return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
-    return (
-        both.groupBy(*keys)
-        .cogroup(states.select(*keys, "state").groupBy(*keys))  # type: ignore[union-attr]
-        .applyInArrow(one_key, schema)
-    )
+    return map_keys(both, keys, one_key, schema, side=states.select(*keys, "state"))  # type: ignore[union-attr]
 
 
 def _kept(rows: "DataFrame", persisted: list["DataFrame"] | None) -> "DataFrame":

@@ -23,6 +23,7 @@ from dataflow_core.model.pane_codec import pane_to_row, window_bounds
 from dataflow_core.model.state_codec import STATE_VERSION, state_from_text, state_text
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.runners.keyed import Arrival, HoldSpan, Schedule, run_key
+from dataflow_core.spark.execute.by_key import map_keys
 from dataflow_core.spark.execute.lifting import can_lift, combined_by_seq, is_lifted, lift_arrivals
 
 if TYPE_CHECKING:
@@ -64,13 +65,6 @@ def output_schema(key_types: str, value_type: str) -> str:
     return f"{key_types}, {OUTPUT_FIELDS.format(value_type=value_type)}"
 
 
-def arrow_schema_of(schema: str) -> "pa.Schema":
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
-
-    return to_arrow_schema(_parse_datatype_string(schema))
-
-
 def key_fields(df: "DataFrame", columns: Sequence[str]) -> str:
     return ", ".join(f"`{c}` {df.schema[c].dataType.simpleString()}" for c in columns)
 
@@ -93,35 +87,22 @@ def run_stage(
 
     `lift` None lifts combiners where `execute.lifting.can_lift` allows (False never, True
     insists); `track_holds=False` leaves out the hold rows (no stage is downstream)."""
-    import pyarrow as pa
-
     schema = output_schema(key_fields(arrivals, codec.columns), value_type)
-    arrow_schema = arrow_schema_of(schema)
     possible = can_lift(arrivals, strategy, decodes=codec.decode_value is not None)
     if lift and not possible:
         raise ValueError(f"stage cannot be lifted: {strategy.combiner.name} over {strategy.window_fn.describe()}, "
                          f"trigger {strategy.trigger.describe()}, value {arrivals.schema['value'].dataType.simpleString()}")
     if possible and lift is not False:
         arrivals = lift_arrivals(arrivals, strategy, codec.columns)
+    resumable = states is not None
 
-    def resumed(key_scalars: tuple, table: "pa.Table", state_table: "pa.Table") -> "pa.Table":
-        row_key = [k.as_py() for k in key_scalars]
-        text = state_table.column("state")[0].as_py() if state_table.num_rows else None
-        rows = _run_one_key(row_key, table, strategy, schedule, codec, text, resumable=True, track_holds=track_holds)
-        return pa.Table.from_pylist(rows, schema=arrow_schema)
+    def one_key(row_key: list, table: "pa.Table", stored: "pa.Table | None") -> list[dict]:
+        text = stored.column("state")[0].as_py() if stored is not None and stored.num_rows else None
+        return _run_one_key(row_key, table, strategy, schedule, codec, text, resumable=resumable,
+                            track_holds=track_holds)
 
-    def fresh(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
-        row_key = [k.as_py() for k in key_scalars]
-        rows = _run_one_key(row_key, table, strategy, schedule, codec, track_holds=track_holds)
-        return pa.Table.from_pylist(rows, schema=arrow_schema)
-
-    if states is None:
-        return arrivals.groupBy(*codec.columns).applyInArrow(fresh, schema)
-    return (
-        arrivals.groupBy(*codec.columns)
-        .cogroup(states.select(*codec.columns, *STATE_COLUMNS).groupBy(*codec.columns))
-        .applyInArrow(resumed, schema)
-    )
+    side = None if states is None else states.select(*codec.columns, *STATE_COLUMNS)
+    return map_keys(arrivals, codec.columns, one_key, schema, side=side)
 
 
 def load_state(key: Hashable, strategy: WindowingStrategy, text: str | None) -> KeyedWindowSet:

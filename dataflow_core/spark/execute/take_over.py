@@ -17,9 +17,11 @@ from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.state_codec import state_text
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
-from dataflow_core.spark.execute.keyed_stage import KeyCodec, arrow_schema_of, key_fields
+from dataflow_core.spark.execute.by_key import map_keys
+from dataflow_core.spark.execute.keyed_stage import KeyCodec, key_fields
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import DataFrame
 
 STANDING_FIELDS = ("window_start", "window_end", "value", "ts", "timing", "pane_index", "on_time_index", "emitted_at")
@@ -35,12 +37,10 @@ def taken_over_states(
     """Per key of `standing`, its state after `take_over` at `watermark` (lazily).
     `elements` (key columns, `value`, `event_ms`, optional `retraction`) are the input the
     standing panes counted; only accumulating stages need them."""
-    import pyarrow as pa
     from pyspark.sql import functions as F
 
     keys = list(codec.columns)
     schema = f"{key_fields(standing, keys)}, state string"
-    arrow_schema = arrow_schema_of(schema)
     both = standing.select(*keys, *STANDING_FIELDS, F.lit(True).alias("_standing"))
     if elements is not None:
         retraction = F.col("retraction") if "retraction" in elements.columns else F.lit(False)
@@ -50,8 +50,7 @@ def taken_over_states(
         both = both.unionByName(counted, allowMissingColumns=True)
     decode = codec.decode_value or (lambda v: v)
 
-    def one_key(key_scalars: tuple, table: "pa.Table") -> "pa.Table":
-        row_key = [k.as_py() for k in key_scalars]
+    def one_key(row_key: list, table: "pa.Table", _side: None) -> list[dict]:
         key = codec.key(row_key)
         panes, els = [], []
         for r in table.to_pylist():
@@ -63,7 +62,7 @@ def taken_over_states(
         ks.take_over(panes, watermark, elements=els)
         state = ks.to_state()
         if state is None:
-            return arrow_schema.empty_table()
-        return pa.Table.from_pylist([{**dict(zip(keys, row_key)), "state": state_text(state)}], schema=arrow_schema)
+            return []
+        return [{**dict(zip(keys, row_key)), "state": state_text(state)}]
 
-    return both.groupBy(*keys).applyInArrow(one_key, schema)
+    return map_keys(both, keys, one_key, schema)

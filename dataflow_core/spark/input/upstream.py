@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from dataflow_core.model.pane_codec import PANE_FIELDS, pane_from_row
 from dataflow_core.pipelines.spec import StageSpec
+from dataflow_core.spark.execute.by_key import arrow_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -22,8 +23,6 @@ def elements_from_panes(
     panes: "DataFrame", upstream: StageSpec, stage: StageSpec, passthrough: Sequence[str] = ()
 ) -> "DataFrame":
     import pyarrow as pa
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
 
     up_keys = upstream.key_columns
     mapper = stage.from_upstream
@@ -34,7 +33,7 @@ def elements_from_panes(
     out_cols = [f"`{c}` {t}" for c, t in key_types.items()]
     out_cols += [f"value {stage.input_type}", "event_ms bigint", "retraction boolean"]
     out_cols += [f"`{c}` {panes.schema[c].dataType.simpleString()}" for c in passthrough]
-    arrow_schema = to_arrow_schema(_parse_datatype_string(", ".join(out_cols)))
+    arrow_schema = arrow_schema_of(", ".join(out_cols))
     names = [*stage.key_columns, "value", "event_ms", "retraction", *passthrough]
     columns = [*up_keys, *PANE_FIELDS, *passthrough]
 
