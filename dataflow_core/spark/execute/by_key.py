@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+from dataflow_core.spark.platform.arrow import arrow_schema_of
+
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import DataFrame
@@ -64,14 +66,6 @@ def map_keys(
             yield from _batches(out, arrow_schema)
 
     return rows.repartition(*keys).sortWithinPartitions(*keys).mapInArrow(partition, schema)
-
-
-def arrow_schema_of(schema: str) -> "pa.Schema":
-    """The Arrow schema of a Spark DDL schema string."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-    from pyspark.sql.types import _parse_datatype_string
-
-    return to_arrow_schema(_parse_datatype_string(schema))
 
 
 def _call(fn: KeyFn, group: "pa.Table", keys: list[str], main: list[str], side: list[str] | None) -> list[dict]:
@@ -141,4 +135,4 @@ def _nan(x: Any) -> bool:
     return isinstance(x, float) and math.isnan(x)
 
 
-__all__ = ["KeyFn", "arrow_schema_of", "map_keys"]
+__all__ = ["KeyFn", "map_keys"]

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Iterator, Sequence
 
 from dataflow_core.model.pane_codec import PANE_FIELDS, pane_from_row
 from dataflow_core.pipelines.spec import StageSpec
-from dataflow_core.spark.execute.by_key import arrow_schema_of
+from dataflow_core.spark.platform.arrow import arrow_schema_of
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
