@@ -10,7 +10,8 @@ key changes: a key's rows are one slice, whichever batches they came in. The out
 many keys go back as one batch.
 
 A second DataFrame on the same keys (a key's stored state) rides along in the same shuffle,
-marked, and reaches the function as a table of its own: what `cogroup` gives, without it.
+marked and sorted after the key's own rows, and reaches the function as a table of its own:
+what `cogroup` gives, without it.
 """
 
 from __future__ import annotations
@@ -65,21 +66,16 @@ def map_keys(
         if out:
             yield from _batches(out, arrow_schema)
 
-    return rows.repartition(*keys).sortWithinPartitions(*keys).mapInArrow(partition, schema)
+    order = keys if side is None else [*keys, SIDE]  # a key's side rows after its own
+    return rows.repartition(*keys).sortWithinPartitions(*order).mapInArrow(partition, schema)
 
 
 def _call(fn: KeyFn, group: "pa.Table", keys: list[str], main: list[str], side: list[str] | None) -> list[dict]:
     row_key = [group.column(k)[0].as_py() for k in keys]
     if side is None:
         return fn(row_key, group.select(main), None)
-    marked = group.column(SIDE)
-    return fn(row_key, group.filter(_not(marked)).select(main), group.filter(marked).select(side))
-
-
-def _not(mask: "pa.ChunkedArray") -> "pa.ChunkedArray":
-    import pyarrow.compute as pc
-
-    return pc.invert(mask)
+    n_main = group.num_rows - sum(group.column(SIDE).to_pylist())  # sorted after the key's own rows
+    return fn(row_key, group.slice(0, n_main).select(main), group.slice(n_main).select(side))
 
 
 def _batches(rows: list[dict], schema: "pa.Schema") -> list["pa.RecordBatch"]:
