@@ -190,3 +190,47 @@ def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spa
     discovery = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert discovery not in given
     assert spark.conf.get(discovery) == LOCAL_SQL_DEFAULTS[discovery]
+
+
+def _compiled_stages(df) -> bool:
+    """Whether Spark plans `df` with whole-stage code generation (its stages marked `*(n)`)."""
+    return "*(" in df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_a_job_over_little_input_runs_interpreted_on_both_its_sessions_and_a_larger_one_compiled(spark):
+    from dataflow_core.spark.platform.evaluation import INTERPRETED, INTERPRETED_BELOW_CONF, sized_evaluation
+
+    keys = [*INTERPRETED, INTERPRETED_BELOW_CONF]
+    other = spark.newSession()  # as a stream batch's DataFrame belongs to a session of its own
+    before = {(s, k): s.conf.get(k, None) for s in (spark, other) for k in keys}
+    try:
+        for session in (spark, other):
+            session.conf.set("spark.sql.codegen.wholeStage", "true")
+            session.conf.set("spark.sql.codegen.factoryMode", "FALLBACK")
+        little = other.range(100)  # Spark's estimate: 800 bytes
+        assert _compiled_stages(little.selectExpr("id + 1"))
+        with sized_evaluation(spark, little) as interpreted:
+            assert interpreted
+            for session in (spark, other):
+                assert {k: session.conf.get(k) for k in INTERPRETED} == INTERPRETED
+            assert not _compiled_stages(little.selectExpr("id + 1"))
+            assert not _compiled_stages(spark.range(5).selectExpr("id + 1"))
+        for session in (spark, other):  # restored afterwards
+            assert session.conf.get("spark.sql.codegen.wholeStage") == "true"
+            assert session.conf.get("spark.sql.codegen.factoryMode") == "FALLBACK"
+        with sized_evaluation(spark, None) as interpreted:  # a tick: no input at all
+            assert interpreted and spark.conf.get("spark.sql.codegen.wholeStage") == "false"
+
+        spark.conf.set(INTERPRETED_BELOW_CONF, "800")  # not below: as Spark would
+        with sized_evaluation(spark, little) as interpreted:
+            assert not interpreted and _compiled_stages(little.selectExpr("id + 1"))
+        spark.conf.set(INTERPRETED_BELOW_CONF, "lots")
+        with pytest.raises(DataflowError, match=r"spark.dataflow.interpretedBelowBytes='lots': give a number of bytes"):
+            with sized_evaluation(spark, little):
+                pass
+    finally:
+        for (session, key), value in before.items():
+            if value is None:
+                session.conf.unset(key)
+            else:
+                session.conf.set(key, value)
