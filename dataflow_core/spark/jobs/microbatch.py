@@ -64,7 +64,6 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
-from dataflow_core.spark.platform.evaluation import sized_evaluation
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
@@ -177,10 +176,8 @@ def run_loop(
 
 def _finish_tick(spark, spec: PipelineSpec, now_ms: Instant, say, token: str, done: Callable) -> None:
     """Before reading input: refuse while a backfill holds the pipeline, complete a tick
-    batch that did not finish, and make sure the input table exists. (The batch log is
-    little input: read interpreted, `platform.evaluation`.)"""
-    with sized_evaluation(spark, None):
-        pending = records(spark, spec)
+    batch that did not finish, and make sure the input table exists."""
+    pending = records(spark, spec)
     refuse_if_backfill_holds(spec, pending[0] if pending else None)
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
@@ -393,15 +390,7 @@ class _StageOutput:
 def _process(
     spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, now_ms, say, token: str, stream_id,
 ) -> tuple[BatchRecord, Ledger] | None:
-    """One micro-batch (see the module docstring); None when it had nothing to do. A batch
-    of little input runs on Spark's interpreted expressions (`platform.evaluation`)."""
-    with sized_evaluation(spark, rows):
-        return _batch(spark, spec, rows, stream_batch, now_ms, say, token, stream_id)
-
-
-def _batch(
-    spark, spec: PipelineSpec, rows: "DataFrame | None", stream_batch, now_ms, say, token: str, stream_id,
-) -> tuple[BatchRecord, Ledger] | None:
+    """One micro-batch (see the module docstring); None when it had nothing to do."""
     begun = _begin(spark, spec, stream_batch, now_ms, token, stream_id)
     if begun is None:
         if stream_batch is not None:
