@@ -71,9 +71,10 @@ def map_keys(
 
 
 def _call(fn: KeyFn, group: "pa.Table", keys: list[str], main: list[str], side: list[str] | None) -> list[dict]:
+    """`fn` on one key's rows; with a side DataFrame, its rows (sorted last) cut off as a table of their own."""
     row_key = [group.column(k)[0].as_py() for k in keys]
     if side is None:
-        return fn(row_key, group.select(main), None)
+        return fn(row_key, group, None)  # the rows are `df`'s own columns
     n_main = group.num_rows - sum(group.column(SIDE).to_pylist())  # sorted after the key's own rows
     return fn(row_key, group.slice(0, n_main).select(main), group.slice(n_main).select(side))
 
