@@ -190,3 +190,34 @@ def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spa
     discovery = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert discovery not in given
     assert spark.conf.get(discovery) == LOCAL_SQL_DEFAULTS[discovery]
+
+
+def test_a_runners_cache_is_uncompressed_and_leaves_the_sessions_setting_as_it_was(spark):
+    """`persist_uncompressed` keeps its DataFrame in uncompressed columns (compressing is
+    most of what building a large cache costs) and sets that for its own `persist()` only."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.cache import COMPRESSED, persist_uncompressed
+
+    def in_memory() -> int:
+        return sum(i.memSize() for i in spark.sparkContext._jsc.sc().getRDDStorageInfo())
+
+    def cached_bytes(df) -> int:  # what caching `df` added, whatever other tests left cached
+        before = in_memory()
+        df.count()
+        size = in_memory() - before
+        df.unpersist(blocking=True)
+        return size
+
+    rows = lambda: spark.range(20_000).select((F.col("id") % 3).alias("n"), F.lit("same").alias("s"))  # noqa: E731
+    assert spark.conf.get(COMPRESSED, None) is None
+    plain = cached_bytes(persist_uncompressed(rows()))
+    assert spark.conf.get(COMPRESSED, None) is None
+    compressed = cached_bytes(rows().persist())
+    assert plain > 4 * compressed  # a column of three values compresses to almost nothing
+    spark.conf.set(COMPRESSED, "true")
+    try:
+        persist_uncompressed(rows()).unpersist(blocking=True)
+        assert spark.conf.get(COMPRESSED) == "true"
+    finally:
+        spark.conf.unset(COMPRESSED)

@@ -24,6 +24,7 @@ from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
 from dataflow_core.spark.execute.by_key import map_keys
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, key_fields, load_state, output_schema, state_row
+from dataflow_core.spark.platform.cache import persist_uncompressed
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -113,7 +114,7 @@ def _kept(rows: "DataFrame", persisted: list["DataFrame"] | None) -> "DataFrame"
     (the fresh windows' rows are a projection of the input: no need to keep them)."""
     if persisted is None:
         return rows
-    persisted.append(rows.persist())
+    persisted.append(persist_uncompressed(rows))
     return persisted[-1]
 
 

@@ -34,6 +34,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause, table_version
 from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
 from dataflow_core.spark.sinks.corrections_plan import forget_plans, read_plan
@@ -150,7 +151,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say,
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
         if not isinstance(wfn, Sessions):
             break
-        finals = finals.persist()  # read twice: whether a session reaches the edge, then corrected
+        finals = persist_uncompressed(finals)  # read twice: whether a session reaches the edge, then corrected
         if not _touches_edge(finals, read_span, wfn.gap, span):
             break
         say(f"a session reaches the edge of the rows read; widening the read by {2 * max(before, after) // 60000} min")
@@ -173,7 +174,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say,
         current = current_results(spark, up)
         if current is None:
             continue
-        mapped = elements_from_panes(standing_panes(current, up), up, stage).persist()
+        mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
         if correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None, live_watermarks=live):
             planned.append(stage)

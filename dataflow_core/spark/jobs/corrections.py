@@ -29,6 +29,7 @@ from dataflow_core.spark.execute.corrections import STANDING, run_corrections
 from dataflow_core.spark.execute.keyed_stage import KeyCodec
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan, write_recompute
@@ -79,7 +80,7 @@ def correct_stage(
     if plan is not None and plan.input_version is not None:  # every window, from the input as of that version
         changes = _changed(stage, finals, None, owned)
         if not finals.is_cached:  # read by the counts, the pane log and the results
-            kept.append(changes := changes.persist())
+            kept.append(changes := persist_uncompressed(changes))
         out = run_corrections(changes, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
                               run.now, plan.watermark, all_fresh=True)
     elif plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here

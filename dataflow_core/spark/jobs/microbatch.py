@@ -63,6 +63,7 @@ from dataflow_core.spark.input.rows import elements, quarantined, read_counts, t
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
@@ -474,14 +475,14 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
         return None, (), None
     if spec.where:
         rows = rows.where(F.expr(spec.where))
-    tagged = tag_rows(spark, spec, rows).persist()
+    tagged = persist_uncompressed(tag_rows(spark, spec, rows))
     candidates = elements(spec, tagged)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
         candidates = candidates.join(seen.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
     else:
         candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
-    candidates = candidates.persist()
+    candidates = persist_uncompressed(candidates)
     stats = _one_job(read_counts(tagged), candidates.agg(
         F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), F.count_if(F.col("_seen").isNull()).alias("new")))
     ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
@@ -571,8 +572,8 @@ def _run(spark, spec: PipelineSpec, stage: StageSpec, arrivals, schedule: Schedu
     else:
         key_types = ", ".join(f"`{c}` {arrivals.schema[c].dataType.simpleString()}" for c in keys)
         woken = spark.createDataFrame([], f"{key_types}, state string")
-    out = run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
-                    states=woken, track_holds=stage is not spec.stages[-1]).persist()
+    out = persist_uncompressed(run_stage(arrivals, stage.strategy, schedule, KeyCodec(stage.key_columns),
+                                         stage.value_type, states=woken, track_holds=stage is not spec.stages[-1]))
     idle = None
     if states is not None and stage is not spec.stages[-1]:  # keys that did not run hold where they stood
         ran = out.where("kind = 'state'").select(*keys)

@@ -14,6 +14,7 @@ from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
     DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
 )
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger, Run
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None) -> "DataFrame":
     """The elements of `read_span` (in the input as of `version`, else its latest),
     persisted (not yet computed)."""
-    return elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))).persist()
+    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))))
 
 
 def read_range(
@@ -38,7 +39,7 @@ def read_range(
     from pyspark.sql import functions as F
 
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
-    both = elements(spec, tagged, within=in_range(spec, span)).persist()
+    both = persist_uncompressed(elements(spec, tagged, within=in_range(spec, span)))
     element = F.col(REFUSED).isNull()
     counts = both.agg(  # the job that computes `both`
         F.sum(F.col(DELIVERIES)).alias("good"), F.count_if(~element).alias("bad"),

@@ -20,6 +20,7 @@ from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.range_input import read_range
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.results import write_results
 from dataflow_core.spark.sinks.runs import Ledger, Run, record_watermarks
@@ -66,8 +67,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         *first.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
         F.array(F.col("batch")).alias("seq"), (F.lit(t0) + (F.col("batch") + 1) * F.lit(interval)).alias("at_ms"),
     )
-    out = run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns), first.value_type,
-                    track_holds=len(spec.stages) > 1).persist()
+    out = persist_uncompressed(run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns),
+                                         first.value_type, track_holds=len(spec.stages) > 1))
     totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("n"), F.sum("dropped").alias("d")).first()
     ledger.dropped_late = int(totals["d"] or 0)
     ledger.aggregated = int(totals["n"] or 0) - ledger.dropped_late
@@ -79,8 +80,8 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
         record_watermarks(spark, run, stage.output, [(n, s.time, s.watermark) for n, s in enumerate(schedule.steps)])
         panes = previous.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn("at_ms", F.col("emitted_at"))
         mapped = elements_from_panes(panes, prev_stage, stage, passthrough=("seq", "at_ms"))
-        out2 = run_stage(mapped, stage.strategy, schedule, KeyCodec(stage.key_columns), stage.value_type,
-                         track_holds=stage is not spec.stages[-1]).persist()
+        out2 = persist_uncompressed(run_stage(mapped, stage.strategy, schedule, KeyCodec(stage.key_columns),
+                                              stage.value_type, track_holds=stage is not spec.stages[-1]))
         _write_history(spark, stage, out2, run, ledger, say)
         previous.unpersist()
         previous, prev_stage = out2, stage

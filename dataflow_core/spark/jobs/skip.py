@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.input.rows import REASON
+from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
@@ -114,7 +115,7 @@ def skip_batch(
     if rows is not None:
         if spec.where:
             rows = rows.where(F.expr(spec.where))
-        bad = rows.withColumn(REASON, F.lit(reason)).persist()
+        bad = persist_uncompressed(rows.withColumn(REASON, F.lit(reason)))
         ledger.read = ledger.quarantined = bad.count()
         if ledger.read:
             write_quarantine(spark, spec, bad, f"batch-{rec.batch}", txn("quarantine-skip"))
