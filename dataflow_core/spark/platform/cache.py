@@ -10,23 +10,26 @@ notebook's, say) keep the user's setting.
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 COMPRESSED = "spark.sql.inMemoryColumnarStorage.compressed"
+_toggling = threading.Lock()  # two threads of one session never restore each other's value
 
 
 def persist_uncompressed(df: "DataFrame") -> "DataFrame":
     """`df` persisted (Spark's default storage level) in uncompressed in-memory columns."""
     conf = df.sparkSession.conf
-    before = conf.get(COMPRESSED, None)
-    conf.set(COMPRESSED, "false")
-    try:
-        return df.persist()
-    finally:
-        if before is None:
-            conf.unset(COMPRESSED)
-        else:
-            conf.set(COMPRESSED, before)
+    with _toggling:
+        before = conf.get(COMPRESSED, None)
+        conf.set(COMPRESSED, "false")
+        try:
+            return df.persist()
+        finally:
+            if before is None:
+                conf.unset(COMPRESSED)
+            else:
+                conf.set(COMPRESSED, before)
