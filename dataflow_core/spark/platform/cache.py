@@ -13,6 +13,8 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING
 
+from dataflow_core.spark.platform.delta import session_settings
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
@@ -22,14 +24,5 @@ _toggling = threading.Lock()  # two threads of one session never restore each ot
 
 def persist_uncompressed(df: "DataFrame") -> "DataFrame":
     """`df` persisted (Spark's default storage level) in uncompressed in-memory columns."""
-    conf = df.sparkSession.conf
-    with _toggling:
-        before = conf.get(COMPRESSED, None)
-        conf.set(COMPRESSED, "false")
-        try:
-            return df.persist()
-        finally:
-            if before is None:
-                conf.unset(COMPRESSED)
-            else:
-                conf.set(COMPRESSED, before)
+    with _toggling, session_settings(df.sparkSession, {COMPRESSED: "false"}):
+        return df.persist()
