@@ -177,16 +177,15 @@ def test_a_local_session_sets_permissions_and_renames_with_hadoops_rules_on_its_
 
 def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spark):
     """The suite's spark-defaults.conf (handed over with --properties-file, as a user's would
-    be) sets shuffle and snapshot partitions: those are kept; a setting it leaves out gets the
-    local default."""
+    be) sets shuffle partitions: that is kept; a setting it leaves out gets the local default."""
     from tests import jvm_archive
     from dataflow_core.spark.platform.session import LOCAL_SQL_DEFAULTS
 
     given = dict(line.split(None, 1) for line in jvm_archive.SPARK_DEFAULTS.read_text().splitlines()
                  if line.strip() and not line.startswith("#"))
-    for key in ("spark.sql.shuffle.partitions", "spark.databricks.delta.snapshotPartitions"):
-        assert given[key].strip() != LOCAL_SQL_DEFAULTS[key], "the suite's value must differ from the default to tell"
-        assert spark.conf.get(key) == given[key].strip()
+    key = "spark.sql.shuffle.partitions"
+    assert given[key].strip() != LOCAL_SQL_DEFAULTS[key], "the suite's value must differ from the default to tell"
+    assert spark.conf.get(key) == given[key].strip()
     discovery = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert discovery not in given
     assert spark.conf.get(discovery) == LOCAL_SQL_DEFAULTS[discovery]

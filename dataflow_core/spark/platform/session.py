@@ -114,7 +114,11 @@ def get_spark(
 
 LOCAL_SQL_DEFAULTS = {
     "spark.sql.shuffle.partitions": LOCAL_SHUFFLE_PARTITIONS,
-    "spark.databricks.delta.snapshotPartitions": "2",
+    # Delta rebuilds a table's state (its files, its idempotent-write ids) with a small Spark
+    # job after each commit, before the next idempotent write: one task instead of two is
+    # cheaper on tables of a few thousand files (a micro-batch commits to seven: 50k-row
+    # batches 4% faster, issue 14)
+    "spark.databricks.delta.snapshotPartitions": "1",
     # VACUUM lists a table's folders with this many Spark tasks (Spark's default is
     # 10,000: 30 s of empty tasks per table on 2 cores, whatever the table's size)
     "spark.sql.sources.parallelPartitionDiscovery.parallelism": LOCAL_SHUFFLE_PARTITIONS,
