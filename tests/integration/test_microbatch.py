@@ -295,3 +295,33 @@ def test_loop_refuses_what_it_cannot_do_before_starting_spark(capsys, args, says
 
     assert main(["microbatch", "--pipeline", "billing", *args]) == 2
     assert says in capsys.readouterr().err
+
+
+def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_configured_with_them(
+    spark, monkeypatch,
+):
+    """A run holds `MICRO_BATCH_SQL` (interpreted queries) while it runs, each setting only
+    where the Spark configuration says nothing (the suite's spark-defaults.conf gives both
+    code-generation settings, and its values stay), and leaves the session as it was."""
+    from dataflow_core.spark.platform import session
+    from tests.integration.test_backfill import billing_pipeline
+
+    given = spark.sparkContext.getConf()
+    assert all(given.contains(k) for k in session.MICRO_BATCH_SQL), "the suite configures both"
+    # Values other than the suite's, so that keeping the suite's shows; and a key it leaves out.
+    ours = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
+            "spark.sql.codegen.maxFields": "7"}
+    assert set(session.MICRO_BATCH_SQL) < set(ours)
+    assert all(spark.conf.get(k) != ours[k] for k in ours)
+    monkeypatch.setattr(session, "MICRO_BATCH_SQL", ours)
+    monkeypatch.setattr("dataflow_core.spark.jobs.microbatch.MICRO_BATCH_SQL", ours)
+    before = {k: spark.conf.get(k) for k in ours}
+    n = next(_names)
+    spec = billing_pipeline(f"t_conf_{n}", f"t_conf_in_{n}")
+    write_input(spark, spec.input_table, to_rows([("u1", "ad1", 1, 10, 5, False)]))
+    during: list[dict] = []
+    result = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 100_000),
+                            progress=lambda _m: during.append({k: spark.conf.get(k) for k in ours}))
+    assert result.ledger_ok and during
+    assert all(d == {**before, "spark.sql.codegen.maxFields": "7"} for d in during), during
+    assert {k: spark.conf.get(k) for k in ours} == before

@@ -64,7 +64,8 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.platform.cache import persist_uncompressed
-from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
+from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, session_settings, table_version
+from dataflow_core.spark.platform.session import MICRO_BATCH_SQL, unless_configured
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
@@ -96,7 +97,12 @@ def run_microbatch(
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none and something is due). Raises PipelineBusy when another run
-    holds the pipeline."""
+    holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
+    with session_settings(spark, unless_configured(spark, MICRO_BATCH_SQL)):
+        return _microbatch(spark, pipeline, now, progress)
+
+
+def _microbatch(spark, pipeline: str, now, progress) -> RunResult:
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
@@ -136,7 +142,12 @@ def run_loop(
     brings no input and something is due, is a micro-batch of `run_microbatch`'s kind at
     the clock's time, with its result handed to `on_result`. Runs until `stop` is set (or
     Ctrl-C), letting the batch under way finish; while another run holds the pipeline it
-    waits and tries again."""
+    waits and tries again. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
+    with session_settings(spark, unless_configured(spark, MICRO_BATCH_SQL)):
+        _loop(spark, pipeline, every_s, progress, on_result, stop)
+
+
+def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop) -> None:
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)
