@@ -300,28 +300,49 @@ def test_loop_refuses_what_it_cannot_do_before_starting_spark(capsys, args, says
 def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_configured_with_them(
     spark, monkeypatch,
 ):
-    """A run holds `MICRO_BATCH_SQL` (interpreted queries) while it runs, each setting only
-    where the Spark configuration says nothing (the suite's spark-defaults.conf gives both
-    code-generation settings, and its values stay), and leaves the session as it was."""
+    """A run holds `MICRO_BATCH_SQL` (interpreted queries) while it runs and `COMPILED_SQL`
+    (Spark's code generation) around its queries over tables that grow with history: the
+    input's check against the seen ids, in the session of the stream's rows, and the results
+    MERGE. Each setting holds only where the Spark configuration says nothing (the suite's
+    spark-defaults.conf gives both code-generation settings, and its values stay), and the
+    session is left as it was."""
+    from dataflow_core.spark.jobs import microbatch
     from dataflow_core.spark.platform import session
     from tests.integration.test_backfill import billing_pipeline
 
     given = spark.sparkContext.getConf()
     assert all(given.contains(k) for k in session.MICRO_BATCH_SQL), "the suite configures both"
     # Values other than the suite's, so that keeping the suite's shows; and a key it leaves out.
-    ours = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK",
-            "spark.sql.codegen.maxFields": "7"}
-    assert set(session.MICRO_BATCH_SQL) < set(ours)
+    fields = "spark.sql.codegen.maxFields"
+    ours = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK", fields: "7"}
+    compiled = {**ours, fields: "9"}
+    assert set(session.MICRO_BATCH_SQL) < set(ours) and set(session.COMPILED_SQL) < set(compiled)
     assert all(spark.conf.get(k) != ours[k] for k in ours)
-    monkeypatch.setattr(session, "MICRO_BATCH_SQL", ours)
-    monkeypatch.setattr("dataflow_core.spark.jobs.microbatch.MICRO_BATCH_SQL", ours)
+    monkeypatch.setattr(microbatch, "MICRO_BATCH_SQL", ours)
+    monkeypatch.setattr(microbatch, "COMPILED_SQL", compiled)
+    seen: dict[str, list[str]] = {"checks": [], "results": []}
+    one_job, write_results = microbatch._one_job, microbatch.write_results
+
+    def checking(*aggregates):  # the first of a batch's two: the input's counts and seen-ids check
+        seen["checks"].append(aggregates[0].sparkSession.conf.get(fields))
+        return one_job(*aggregates)
+
+    def merging(spark_, *args, **kwargs):
+        seen["results"].append(spark_.conf.get(fields))
+        return write_results(spark_, *args, **kwargs)
+
+    monkeypatch.setattr(microbatch, "_one_job", checking)
+    monkeypatch.setattr(microbatch, "write_results", merging)
     before = {k: spark.conf.get(k) for k in ours}
     n = next(_names)
     spec = billing_pipeline(f"t_conf_{n}", f"t_conf_in_{n}")
     write_input(spark, spec.input_table, to_rows([("u1", "ad1", 1, 10, 5, False)]))
     during: list[dict] = []
-    result = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 100_000),
-                            progress=lambda _m: during.append({k: spark.conf.get(k) for k in ours}))
-    assert result.ledger_ok and during
-    assert all(d == {**before, "spark.sql.codegen.maxFields": "7"} for d in during), during
+    for now in (DAY0 + 100_000, DAY0 + 2 * M + 1):  # the second fires an early pane
+        result = run_microbatch(spark, spec.name, now=format_instant(now),
+                                progress=lambda _m: during.append({k: spark.conf.get(k) for k in ours}))
+        assert result.ledger_ok
+    assert during and all(d == {**before, fields: "7"} for d in during), during
+    assert seen["checks"][0] == "9" and set(seen["checks"][1:]) == {"7"}, seen  # then the stage's counts
+    assert seen["results"] == ["9"], seen
     assert {k: spark.conf.get(k) for k in ours} == before

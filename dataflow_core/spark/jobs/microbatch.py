@@ -49,7 +49,7 @@ import time
 import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant, format_instant, format_watermark
@@ -65,7 +65,7 @@ from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, session_settings, table_version
-from dataflow_core.spark.platform.session import MICRO_BATCH_SQL, unless_configured
+from dataflow_core.spark.platform.session import COMPILED_SQL, MICRO_BATCH_SQL, unless_configured
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
@@ -493,9 +493,13 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
         candidates = candidates.join(seen.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
     else:
         candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
-    candidates = persist_uncompressed(candidates)
-    stats = _one_job(read_counts(tagged), candidates.agg(
-        F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), F.count_if(F.col("_seen").isNull()).alias("new")))
+    # Planned (the cache) and run (the job) compiled, in the session of the stream's rows:
+    # the seen ids grow with the pipeline's history.
+    with _compiled(candidates.sparkSession):
+        candidates = persist_uncompressed(candidates)
+        stats = _one_job(read_counts(tagged), candidates.agg(
+            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
+            F.count_if(F.col("_seen").isNull()).alias("new")))
     ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
     if ledger.quarantined:
         write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
@@ -509,6 +513,12 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     tagged.unpersist()
     crash_point("deduplicated")
     return els, arrived, candidates
+
+
+def _compiled(spark) -> ContextManager[None]:
+    """Spark's code generation in this session, for a query over a table that grows with
+    the pipeline's history, where compiling pays for itself (`session.COMPILED_SQL`)."""
+    return session_settings(spark, unless_configured(spark, COMPILED_SQL))
 
 
 def _one_job(*aggregates: "DataFrame") -> dict[str, Any]:
@@ -663,8 +673,9 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[st
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
     crash_point(f"{stage.output}-panes")
     if stage.keeps_results and emitted:
-        write_results(spark, stage, panes, run_id, txn=txn(stage.output), continues=True,
-                      window_end_from=counts["end"])
+        with _compiled(spark):  # the results grow with history
+            write_results(spark, stage, panes, run_id, txn=txn(stage.output), continues=True,
+                          window_end_from=counts["end"])
     crash_point(f"{stage.output}-results")
     write_state(spark, stage, current.out, rec.batch, txn(state_table(stage)))
     crash_point(f"{stage.output}-state")

@@ -129,19 +129,27 @@ the user's Spark configuration (spark-defaults.conf, `--conf`) says nothing, so 
 
 MICRO_BATCH_SQL = {
     # A micro-batch runs some thirty distinct queries over a few thousand rows each, and
-    # most of their cost was Spark generating and compiling Java for them (Janino, then the
-    # JIT: half the CPU of a 50k-row batch). Interpreted, the same batch took 15% less wall
-    # and CPU time in a fresh process and 9% less in a warm `--loop` (issue 14). Whole-stage
-    # code generation is Spark's public switch; `factoryMode` turns off the per-expression
-    # generated classes too (an internal setting of Spark's, read in Spark 4.2 by
+    # much of their cost was Spark generating and compiling Java for them (Janino, then the
+    # JIT: half the CPU of a 50k-row batch). Interpreted, a 50k-row batch took 10-15% less
+    # time (issue 14; docs/spark-runner.md, Performance). Whole-stage code generation is
+    # Spark's public switch; `factoryMode` turns off the per-expression generated classes
+    # too (an internal setting of Spark's, read in Spark 4.2 by
     # `CodeGeneratorWithInterpretedFallback`: every expression keeps an interpreted path).
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
 }
 """Settings a micro-batch run (`dataflow microbatch`, its `--loop`) holds for its own queries,
 restored afterwards; each only where the user's Spark configuration says nothing, so
-`--conf spark.sql.codegen.wholeStage=true` (for batches of millions of rows) wins. Backfills
-and replays keep Spark's code generation: over millions of rows it pays for itself."""
+`--conf spark.sql.codegen.wholeStage=true` (for batches of millions of rows) wins. Its
+queries over history run compiled (`COMPILED_SQL`); backfills and replays keep Spark's code
+generation throughout: over millions of rows it pays for itself."""
+
+COMPILED_SQL = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+"""Spark's own code generation (its defaults), which a micro-batch takes back, again only where
+the user's Spark configuration says nothing, for its queries over tables that grow with the
+pipeline's history: checking its ids against the seen ids and MERGEing its panes into the
+results. There compiled code pays for itself: interpreted, a 100k-row batch's results MERGE
+on a 10M-row history took 6.9 s against 3.7 s compiled."""
 
 
 def unless_configured(spark: "SparkSession", settings: dict[str, str]) -> dict[str, str]:
