@@ -130,8 +130,9 @@ the user's Spark configuration (spark-defaults.conf, `--conf`) says nothing, so 
 MICRO_BATCH_SQL = {
     # A micro-batch runs some thirty distinct queries over a few thousand rows each, and
     # much of their cost was Spark generating and compiling Java for them (Janino, then the
-    # JIT: half the CPU of a 50k-row batch). Interpreted, a 50k-row batch took 10-15% less
-    # time (issue 14; docs/spark-runner.md, Performance). Whole-stage code generation is
+    # JIT: half the CPU of a 50k-row batch). Interpreted (with COMPILED_SQL where history
+    # grows), 50k-row batches took about 5% less time and CPU in `bench_streaming`, alone and
+    # in `--loop` (issue 14; docs/spark-runner.md, Performance). Whole-stage code generation is
     # Spark's public switch; `factoryMode` turns off the per-expression generated classes
     # too (an internal setting of Spark's, read in Spark 4.2 by
     # `CodeGeneratorWithInterpretedFallback`: every expression keeps an interpreted path).
@@ -149,7 +150,7 @@ COMPILED_SQL = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.facto
 the user's Spark configuration says nothing, for its queries over tables that grow with the
 pipeline's history: checking its ids against the seen ids and MERGEing its panes into the
 results. There compiled code pays for itself: interpreted, a 100k-row batch's results MERGE
-on a 10M-row history took 6.9 s against 3.7 s compiled."""
+on a 10M-row history took 7.4 s against 5.2 s compiled."""
 
 
 def unless_configured(spark: "SparkSession", settings: dict[str, str]) -> dict[str, str]:
