@@ -115,8 +115,10 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
             try:
                 if _master_state(web_url).get("aliveworkers", 0) >= WORKERS:
                     break
-            except OSError:
-                pass  # master UI not up yet
+            except (OSError, ValueError):
+                # The master's UI is not up yet, or is listening before its pages are: for a
+                # moment it answers `/json/` with an HTML page (a JSONDecodeError).
+                pass
             if time.monotonic() > deadline:
                 logs = "\n".join(_tail(base / f"worker{n}.log") for n in range(WORKERS))
                 pytest.fail(f"{WORKERS} workers did not register with {master_url} within {START_TIMEOUT_S}s:\n"
