@@ -98,7 +98,7 @@ def run_microbatch(
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none and something is due). Raises PipelineBusy when another run
     holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
-    with session_settings(spark, unless_configured(spark, MICRO_BATCH_SQL)):
+    with _holding(spark, MICRO_BATCH_SQL):
         return _microbatch(spark, pipeline, now, progress)
 
 
@@ -143,7 +143,7 @@ def run_loop(
     the clock's time, with its result handed to `on_result`. Runs until `stop` is set (or
     Ctrl-C), letting the batch under way finish; while another run holds the pipeline it
     waits and tries again. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
-    with session_settings(spark, unless_configured(spark, MICRO_BATCH_SQL)):
+    with _holding(spark, MICRO_BATCH_SQL):
         _loop(spark, pipeline, every_s, progress, on_result, stop)
 
 
@@ -495,7 +495,7 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
         candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
     # Planned (the cache) and run (the job) compiled, in the session of the stream's rows:
     # the seen ids grow with the pipeline's history.
-    with _compiled(candidates.sparkSession):
+    with _holding(candidates.sparkSession, COMPILED_SQL):
         candidates = persist_uncompressed(candidates)
         stats = _one_job(read_counts(tagged), candidates.agg(
             F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
@@ -515,10 +515,11 @@ def _accepted(spark, spec: PipelineSpec, rows, rec: BatchRecord, old_wm: Instant
     return els, arrived, candidates
 
 
-def _compiled(spark) -> ContextManager[None]:
-    """Spark's code generation in this session, for a query over a table that grows with
-    the pipeline's history, where compiling pays for itself (`session.COMPILED_SQL`)."""
-    return session_settings(spark, unless_configured(spark, COMPILED_SQL))
+def _holding(spark, settings: dict[str, str]) -> ContextManager[None]:
+    """These session settings (`session.MICRO_BATCH_SQL` for a run; `session.COMPILED_SQL`
+    around a query over a table that grows with the pipeline's history) for what runs
+    inside, except those the user's Spark configuration gives."""
+    return session_settings(spark, unless_configured(spark, settings))
 
 
 def _one_job(*aggregates: "DataFrame") -> dict[str, Any]:
@@ -673,7 +674,7 @@ def _write(spark, current: _StageOutput, rec: BatchRecord, txn) -> tuple[dict[st
         write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
     crash_point(f"{stage.output}-panes")
     if stage.keeps_results and emitted:
-        with _compiled(spark):  # the results grow with history
+        with _holding(spark, COMPILED_SQL):  # the results grow with history
             write_results(spark, stage, panes, run_id, txn=txn(stage.output), continues=True,
                           window_end_from=counts["end"])
     crash_point(f"{stage.output}-results")
