@@ -189,6 +189,19 @@ def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spa
     discovery = "spark.sql.sources.parallelPartitionDiscovery.parallelism"
     assert discovery not in given
     assert spark.conf.get(discovery) == LOCAL_SQL_DEFAULTS[discovery]
+    leaf = "spark.sql.leafNodeDefaultParallelism"
+    assert given[leaf].strip() != LOCAL_SQL_DEFAULTS[leaf] and spark.conf.get(leaf) == given[leaf].strip()
+
+
+def test_frames_of_local_rows_have_a_partition_per_core_up_to_the_cap(spark):
+    """local[2]: two partitions, not the cap (4), so no task of a one-row frame runs empty
+    for nothing; a larger machine stops at the cap."""
+    from dataflow_core.spark.platform.session import LOCAL_PARALLELISM_CAP, local_cores
+
+    assert spark.sparkContext.master == "local[2]" and LOCAL_PARALLELISM_CAP > 2
+    assert spark.createDataFrame([(1,)], "a int").rdd.getNumPartitions() == 2
+    assert [local_cores(m) for m in ("local", "local[3]", "local[8,2]")] == [1, 3, 8]
+    assert local_cores("local[*]") >= 1
 
 
 def test_a_runners_cache_is_uncompressed_and_leaves_the_sessions_setting_as_it_was(spark):

@@ -28,12 +28,25 @@ over); a billing batch uses about 250. Each kept class holds about 0.1 MiB of me
 a long `--loop` grows by at most ~100 MiB for it. A static setting: given when the session
 is built, so it wins over a value in spark-defaults.conf."""
 LOCAL_SHUFFLE_PARTITIONS = "4"  # Spark's 200 default makes small local jobs crawl
+LOCAL_PARALLELISM_CAP = 4
+"""Partitions of a DataFrame made from local rows (a batch's record, an empty frame of a
+schema) in local mode: the master's cores up to this many. Spark's default is every core,
+so on a large machine a one-row frame would be scanned by dozens of empty tasks; more tasks
+than cores only adds work (the suite on `local[2]`: 6% less CPU than with 4)."""
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
 def resolve_master(master: str | None = None) -> str:
     """The argument, else `$DATAFLOW_SPARK_MASTER`, else `local[*]`."""
     return master or os.environ.get("DATAFLOW_SPARK_MASTER") or DEFAULT_MASTER
+
+
+def local_cores(master: str) -> int:
+    """The cores a local master runs tasks on: `local` 1, `local[N]` and `local[N,F]` N,
+    `local[*]` this machine's."""
+    inside = master[master.find("[") + 1 : master.find("]")] if "[" in master else "1"
+    count = inside.split(",")[0].strip()
+    return (os.cpu_count() or 1) if count == "*" else max(1, int(count))
 
 
 def resolve_warehouse(warehouse: str | os.PathLike[str] | None = None) -> str:
@@ -100,7 +113,7 @@ def get_spark(
         builder = builder.config(key, value)
     if local:
         builder = (
-            builder.config("spark.default.parallelism", LOCAL_SHUFFLE_PARTITIONS)
+            builder.config("spark.default.parallelism", str(min(local_cores(master), LOCAL_PARALLELISM_CAP)))
             .config("spark.ui.enabled", os.environ.get("DATAFLOW_SPARK_UI", "false"))
             .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
@@ -114,6 +127,9 @@ def get_spark(
 
 LOCAL_SQL_DEFAULTS = {
     "spark.sql.shuffle.partitions": LOCAL_SHUFFLE_PARTITIONS,
+    # File scans size their splits for this many tasks at least, whatever the cores (this
+    # setting otherwise follows the default parallelism, which `LOCAL_PARALLELISM_CAP` sets)
+    "spark.sql.leafNodeDefaultParallelism": LOCAL_SHUFFLE_PARTITIONS,
     # Delta rebuilds a table's state (its files, its idempotent-write ids) with a small Spark
     # job after each commit, before the next idempotent write: one task instead of two is
     # cheaper on tables of a few thousand files (a micro-batch commits to seven: 50k-row
