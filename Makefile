@@ -38,6 +38,8 @@ PYTEST_ARGS ?=
 # module-scoped setup, an Airflow home, a Spark cluster or a sample warehouse, is made once,
 # not once per worker). Two on 2 cores: a test that waits for processes it
 # started (Airflow, a Spark command, a killed run) leaves a core to the other worker's tests.
+# A third on 2 cores does not help: the integration tests took 862 s on three against 838 s on
+# two, the machine 98% busy throughout: they are bound by CPU, not by waits.
 # 0 runs the tests in this process, one after another; more workers pay with more cores,
 # e.g. `make test PYTEST_WORKERS=8` on 8.
 PYTEST_WORKERS ?= 2
