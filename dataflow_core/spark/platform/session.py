@@ -129,9 +129,9 @@ def get_spark(
 
 LOCAL_SQL_DEFAULTS = {
     "spark.sql.shuffle.partitions": LOCAL_SHUFFLE_PARTITIONS,
-    # File scans size their splits for this many tasks at least, whatever the cores (this
-    # setting otherwise follows the default parallelism, which `LOCAL_PARALLELISM_CAP` sets)
-    "spark.sql.leafNodeDefaultParallelism": LOCAL_SHUFFLE_PARTITIONS,
+    # File scans size their splits for the cap's tasks at least, whatever the cores (this
+    # setting otherwise follows the default parallelism, which the cores bound)
+    "spark.sql.leafNodeDefaultParallelism": str(LOCAL_PARALLELISM_CAP),
     # Delta rebuilds a table's state (its files, its idempotent-write ids) with a small Spark
     # job after each commit, before the next idempotent write: one task instead of two is
     # cheaper on tables of a few thousand files (a micro-batch commits to seven: 50k-row
