@@ -8,8 +8,8 @@ same rows:
    `window()`, the same Delta writes: results through MERGE, the pane log appended);
    goal 1.1x, no worse than 1.3x;
 2. batch backfill of ad_sessions' first stage (count over Sessions(30m) per user and ad)
-   against Spark's own `session_window` aggregation with the same writes; goal 1.5x, no
-   worse than 2x;
+   against Spark's own `session_window` aggregation with the same writes; at most 1.5x
+   (issue 14's target; it was the goal, with 2x the limit, before);
 3. arrival-order replay (`--replay`, 1-minute micro-batches) with early and late triggers:
    events per second, against the reference runner (`ReferencePipelineRunner`) in one
    process on the same events and batches; aim 50k events/s on 2 cores;
@@ -49,9 +49,9 @@ DATA = ROOT / ".cache" / "bench_backfill"  # generated samples, kept between run
 START, END = "2024-05-01", "2024-05-03"  # the sample's 48 hours
 NOW = "2024-05-04T00:00:00Z"  # a batch backfill's processing time
 SEED = 42
-GOALS = {  # case -> (goal, limit) for the time ratio
+GOALS = {  # case -> (goal, limit) for the time ratio (issue 14's targets are the limits)
     "billing_by_user": (1.1, 1.3),
-    "sessions": (1.5, 2.0),
+    "sessions": (1.5, 1.5),
 }
 REPLAY_GOAL_EPS = 50_000
 
@@ -462,8 +462,9 @@ def report(figures: dict) -> list[str]:
         goal, limit = f["goal"], f["limit"]
         verdict = "ok" if f["time_ratio"] <= goal else ("within limit" if f["time_ratio"] <= limit else "OVER LIMIT")
         title = f"{label} ({f['rows']:,} rows), time"
+        bounds = f"{limit}x" if goal == limit else f"{goal}x / {limit}x"
         lines.append(f"{title:<46} {f['backfill']['seconds']:>12.1f} s "
-                     f"{f['baseline']['seconds']:>12.1f} s {f['time_ratio']:>7.2f}x  {goal}x / {limit}x ({verdict})")
+                     f"{f['baseline']['seconds']:>12.1f} s {f['time_ratio']:>7.2f}x  {bounds} ({verdict})")
         if "cpu_s" in f["backfill"] and "cpu_s" in f["baseline"]:
             lines.append(f"{'   CPU seconds, whole run (all processes)':<46} {f['backfill']['cpu_s']:>12.0f} s "
                          f"{f['baseline']['cpu_s']:>12.0f} s {f['backfill']['cpu_s'] / f['baseline']['cpu_s']:>7.2f}x")

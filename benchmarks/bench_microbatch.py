@@ -15,9 +15,9 @@ ad view:
    a day, so the live state is the same size on both sides, and so are the new rows
    (identical: 1% of them late by 1-20 hours, 0.5% re-deliveries of events from the last
    hour of history, plus the generator's own duplicates and malformed rows). Figure: time
-   of the batch with the large history / with the small one; goal 1.1x, limit 1.5x. Beside
-   it the CPU seconds and peak memory (RSS of the process tree: driver, JVM, Python workers)
-   during the batch, which should also be flat in history.
+   of the batch with the large history / with the small one; goal 1.1x, limit 1.2x (issue
+   14). Beside it the CPU seconds and peak memory (RSS of the process tree: driver, JVM,
+   Python workers) during the batch, which should also be flat in history.
 2. events per second of a steady stream on the small history: `--steady-batches` (10)
    micro-batches of `--steady-rows` (20,000) rows each, appended and run one after another,
    each with its own processing time (`--now`: the batch's last event time plus a minute,
@@ -93,7 +93,7 @@ MAINTENANCE_EVERY_MS = 7 * 86_400_000  # the maintenance DAG's weekly schedule
 LATE_SHARE, LATE_HOURS = 0.01, (1, 20)  # new rows this late (within the 1 day allowed lateness)
 REDELIVERED_SHARE = 0.005  # new rows that re-deliver an event of the last hour
 USERS, VIDEOS = 100_000, 1_000  # fixed, so chunks of every size look alike
-GOAL, LIMIT = 1.1, 1.5
+GOAL, LIMIT = 1.1, 1.2  # the limit is issue 14's target (it was 1.5 before)
 HISTORY_FORMAT = 1  # bump when the way histories are made changes
 DAY_MS, HOUR_MS = 86_400_000, 3_600_000
 _MASK_53 = (1 << 53) - 1
