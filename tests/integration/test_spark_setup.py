@@ -193,6 +193,26 @@ def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spa
     assert given[leaf].strip() != LOCAL_SQL_DEFAULTS[leaf] and spark.conf.get(leaf) == given[leaf].strip()
 
 
+def test_tables_a_session_creates_write_a_log_checkpoint_every_50_commits_not_10(spark, warehouse):
+    """A checkpoint is written by the commit that reaches the interval, and costs that
+    commit as much again in a fresh process: the tables the product creates checkpoint less
+    often (`session.TABLE_DEFAULTS`)."""
+    from dataflow_core.spark.platform.delta import append_rows
+    from dataflow_core.spark.platform.session import TABLE_DEFAULTS
+    from dataflow_core.spark.platform.tables import table_path
+
+    interval = TABLE_DEFAULTS["spark.databricks.delta.properties.defaults.checkpointInterval"]
+    assert int(interval) > 10
+    for i in range(11):
+        append_rows(spark, "checkpointed", spark.createDataFrame([(i,)], "a int"), ("test:checkpointed", i))
+    path = table_path(spark, "checkpointed")
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["properties"]
+    assert properties.get("delta.checkpointInterval") == interval
+    log = sorted(p.name for p in (warehouse / "checkpointed" / "_delta_log").iterdir())
+    assert "00000000000000000010.json" in log and not [n for n in log if "checkpoint.parquet" in n], log
+    assert sorted(r["a"] for r in spark.read.format("delta").load(path).collect()) == list(range(11))
+
+
 def test_frames_of_local_rows_have_a_partition_per_core_up_to_the_cap(spark):
     """local[2]: two partitions, not the cap (4), so no task of a one-row frame runs empty
     for nothing; a larger machine stops at the cap."""
