@@ -149,11 +149,11 @@ the user's Spark configuration (spark-defaults.conf, `--conf`) says nothing, so 
 TABLE_DEFAULTS = {
     # A Delta table writes a checkpoint of its log every `checkpointInterval` commits (10 by
     # default), in the committing job: in a fresh process that commit took 3.6 s instead of
-    # 1.8 s (a one-row append). A micro-batch commits to six tables, so one process per batch
-    # paid about one such checkpoint per batch on average. Tables this session creates
-    # checkpoint every 50 commits instead; reading one back costs the same (a fresh process's
-    # append after 59 commits and no checkpoint: 1.65-1.72 s, after a checkpoint and 6
-    # commits: 1.67-1.71 s; issue 14).
+    # 1.8 s (a one-row append). A micro-batch makes six or seven commits to five or six
+    # tables, so one process per batch met 0.6 to 0.7 such commits per batch, some 1 s on
+    # average (at 50: about 0.15). Tables this session creates checkpoint every 50 commits
+    # instead; reading one back costs the same (a fresh process's append after 59 commits and
+    # no checkpoint: 1.65-1.72 s, after a checkpoint and 6 commits: 1.67-1.71 s; issue 14).
     "spark.databricks.delta.properties.defaults.checkpointInterval": "50",
 }
 """Delta table properties for the tables a session creates (sinks, samples), on any master;
