@@ -193,7 +193,7 @@ def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spa
     assert given[leaf].strip() != LOCAL_SQL_DEFAULTS[leaf] and spark.conf.get(leaf) == given[leaf].strip()
 
 
-def test_tables_a_session_creates_write_a_log_checkpoint_every_50_commits_not_10(spark, warehouse):
+def test_tables_a_session_creates_write_a_log_checkpoint_every_50_commits_not_10(spark):
     """A checkpoint is written by the commit that reaches the interval, and costs that
     commit as much again in a fresh process: the tables the product creates checkpoint less
     often (`session.TABLE_DEFAULTS`)."""
@@ -208,7 +208,7 @@ def test_tables_a_session_creates_write_a_log_checkpoint_every_50_commits_not_10
     path = table_path(spark, "checkpointed")
     properties = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()["properties"]
     assert properties.get("delta.checkpointInterval") == interval
-    log = sorted(p.name for p in (warehouse / "checkpointed" / "_delta_log").iterdir())
+    log = sorted(p.name for p in (Path(path) / "_delta_log").iterdir())
     assert "00000000000000000010.json" in log and not [n for n in log if "checkpoint.parquet" in n], log
     assert sorted(r["a"] for r in spark.read.format("delta").load(path).collect()) == list(range(11))
 

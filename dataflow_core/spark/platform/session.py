@@ -120,9 +120,7 @@ def get_spark(
             .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
     spark = builder.getOrCreate()
-    _defaults(spark, TABLE_DEFAULTS)
-    if local:
-        _defaults(spark, LOCAL_SQL_DEFAULTS)
+    _defaults(spark, {**TABLE_DEFAULTS, **(LOCAL_SQL_DEFAULTS if local else {})})  # one look at the user's conf
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
     _quiet_python_error_logs()
     return spark
