@@ -41,7 +41,7 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 SLOW = (
     "tests/integration/test_browser.py::",  # ~430 s: Airflow standalone, a backfill from its form
     "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process
-    "tests/integration/test_backfill_live_processes.py::",  # ~230 s: killed and paused backfills
+    "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
     "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
     "tests/integration/test_dags.py::",  # ~60 s

@@ -1,8 +1,10 @@
-"""A backfill of a live pipeline as a real `dataflow backfill` process: paused with SIGSTOP
-after reading while the input changes and a micro-batch tries to run; killed with SIGKILL at
-random moments and run again. Either way, once both sides have run, the results equal a
-recomputation from the input: a deleted view is not counted, a late view is counted once,
-and every window's pane log is one history."""
+"""A backfill of a live pipeline as a real `dataflow backfill` process: killed with SIGKILL at
+random moments and run again; then, on the same pipeline, one paused with SIGSTOP after
+reading while the input changes again and a micro-batch tries to run. Once both sides have
+run, the results equal a recomputation from the input: deleted views are not counted, late
+views are counted once, and every window's pane log is one history. (One test, not two: the
+live batches before and the checks after are the same, and each costs a minute of the
+suite.)"""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ REPO = Path(__file__).resolve().parents[2]
 PIPELINE = "t_bl_proc"
 S = 1000
 NOW = format_instant(DAY0 + 11 * M)
+"""The processing time of the killed backfills; the paused one runs a minute later."""
 KILL_WITHIN_S = 30.0
 """Kills come at random from start-up to this many seconds in: about as long as a whole run takes
 here (a run that finishes first is run again all the same)."""
@@ -46,7 +49,7 @@ def _spec():
     return _billing(PIPELINE, AccumulationMode.RETRACTING)
 
 
-def _backfill(warehouse: Path, modules: Path) -> subprocess.Popen:
+def _backfill(warehouse: Path, modules: Path, now: str = NOW) -> subprocess.Popen:
     (modules / "bl_pipelines.py").write_text(
         "from dataflow_core.model.accumulation import AccumulationMode\n"
         "from tests.integration.test_one_history import _billing\n"
@@ -56,7 +59,7 @@ def _backfill(warehouse: Path, modules: Path) -> subprocess.Popen:
     env.pop(CRASH_ENV, None)
     env.pop(RAISE_ENV, None)
     cmd = [sys.executable, "-m", "dataflow_core", "backfill", "--pipeline", PIPELINE,
-           "--start", "2024-05-01", "--end", "2024-05-02", "--now", NOW]
+           "--start", "2024-05-01", "--end", "2024-05-02", "--now", now]
     return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
 
@@ -72,12 +75,13 @@ def _live(spark, rows) -> list[tuple]:
     return early
 
 
-def _change(spark, standing: list[tuple]) -> list[tuple]:
-    """A counted view deleted and a late view appended; returns the input as it stands."""
+def _change(spark, standing: list[tuple], n: int = 1) -> list[tuple]:
+    """The `n`th change: a counted view deleted and a late view appended; returns the input
+    as it stands."""
     spec = _spec()
     gone = standing[0]
     _delete(spark, spec.input_table, gone[0])
-    late = ("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)
+    late = (f"late-{n}", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + (8 + n) * M)
     write_input(spark, spec.input_table, [late], mode="append")
     return [r for r in standing if r[0] != gone[0]] + [late]
 
@@ -97,40 +101,14 @@ def _carry_on_and_check(spark, rows, standing) -> None:
     assert runs and all(json.loads(r["ledger"])["balanced"] for r in runs), "every backfill's ledger balances"
 
 
-def test_a_backfill_paused_after_reading_holds_the_pipeline_while_the_input_changes(spark, tmp_path):
-    """SIGSTOP once the backfill has read; the input changes and a micro-batch is refused
-    (the backfill holds the pipeline); SIGCONT, the backfill finishes; the micro-batches and
-    the next night's backfill then bring every figure to the input as it stands."""
-    rows = to_rows(VIEWS)
-    warehouse = tmp_path / "wh"
-    with in_warehouse(spark, warehouse):
-        counted = _live(spark, rows)
-        proc = _backfill(warehouse, tmp_path)
-        output = []
-        try:
-            for line in proc.stdout:  # type: ignore[union-attr]
-                output.append(line)
-                if "computing windows" in line:
-                    os.killpg(proc.pid, signal.SIGSTOP)
-                    break
-            else:
-                pytest.fail("the backfill ended before reading: " + "".join(output))
-            standing = _change(spark, counted)
-            with pytest.raises(PipelineBusy, match="held by backfill"):
-                run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 11 * M))
-        finally:
-            os.killpg(proc.pid, signal.SIGCONT)
-        rest_of_output = proc.communicate(timeout=600)[0]
-        assert proc.returncode == 0, "".join(output) + rest_of_output
-        assert run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 12 * M)).ledger_ok  # the late view
-        assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 13 * M)).ledger_ok
-        _carry_on_and_check(spark, rows, standing)
-
-
-def test_a_backfill_killed_at_random_moments_and_run_again_corrects_live_state(spark, tmp_path):
-    """The backfill of a changed input (a view deleted, a late one appended) is killed with
-    SIGKILL (its process group: driver, JVM, workers) after random delays, then run to the
-    end; micro-batches then carry on. Set DATAFLOW_KILL_SEED to replay a failure."""
+def test_a_backfill_killed_at_random_moments_then_one_paused_while_the_input_changes(spark, tmp_path):
+    """First, the backfill of a changed input (a view deleted, a late one appended) is killed
+    with SIGKILL (its process group: driver, JVM, workers) after random delays, then run to
+    the end. Then the input changes again while the next backfill is stopped with SIGSTOP
+    once it has read: a micro-batch is refused (the backfill holds the pipeline); SIGCONT, the
+    backfill finishes; a micro-batch and the next night's backfill then bring every figure to
+    the input as it stands, and the micro-batches carry on. Set DATAFLOW_KILL_SEED to replay
+    a failure."""
     seed = int(os.environ.get("DATAFLOW_KILL_SEED", time.time_ns() % 1_000_000))
     rng = random.Random(seed)
     rows = to_rows(VIEWS)
@@ -150,6 +128,26 @@ def test_a_backfill_killed_at_random_moments_and_run_again_corrects_live_state(s
                 kills.append(f"{delay:.1f}s: killed after {last}")
         again = run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02", now=NOW)
         assert again.ledger_ok, f"seed {seed}, {kills}"
+
+        proc = _backfill(warehouse, tmp_path, now=format_instant(DAY0 + 12 * M))
+        output = []
+        try:
+            for line in proc.stdout:  # type: ignore[union-attr]
+                output.append(line)
+                if "computing windows" in line:
+                    os.killpg(proc.pid, signal.SIGSTOP)
+                    break
+            else:
+                pytest.fail("the backfill ended before reading: " + "".join(output))
+            standing = _change(spark, standing, 2)
+            with pytest.raises(PipelineBusy, match="held by backfill"):
+                run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 12 * M))
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
+        rest_of_output = proc.communicate(timeout=600)[0]
+        assert proc.returncode == 0, "".join(output) + rest_of_output
+        assert run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 13 * M)).ledger_ok  # the late view
+        assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 14 * M)).ledger_ok
         try:
             _carry_on_and_check(spark, rows, standing)
         except AssertionError as exc:
