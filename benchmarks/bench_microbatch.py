@@ -45,8 +45,9 @@ functions that read or write each table (wrapped in the child; the library is no
 changed): the `MERGE` into each table, the pane-log write, the batch records; the rest of
 each stretch between two progress messages is named after it (input: stream, tag, dedup
 against seen ids; stage: run the model on the woken keys; finish). With `--repeat N` (3
-unless `--quick`: one pair alone is at the mercy of the machine's load) the sides alternate; per side the time is the fastest run's, CPU seconds the least, peak memory
-and the seconds of each part the median (every run is kept in the results).
+unless `--quick`: one pair alone is at the mercy of the machine's load) the sides
+alternate; per side the time is the fastest run's, CPU seconds the least, peak memory and
+the seconds of each part the median (every run is kept in the results).
 
     .venv/bin/python benchmarks/bench_microbatch.py              # full size (history build ~40 min once)
     .venv/bin/python benchmarks/bench_microbatch.py --quick      # smoke test: 100k vs 1M history, 10k new rows
