@@ -9,7 +9,7 @@ same rows:
    goal 1.1x, no worse than 1.3x;
 2. batch backfill of ad_sessions' first stage (count over Sessions(30m) per user and ad)
    against Spark's own `session_window` aggregation with the same writes; at most 1.5x
-   (issue 14's target; it was the goal, with 2x the limit, before);
+   (issue 14's target);
 3. arrival-order replay (`--replay`, 1-minute micro-batches) with early and late triggers:
    events per second, against the reference runner (`ReferencePipelineRunner`) in one
    process on the same events and batches; aim 50k events/s on 2 cores;
