@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -37,13 +36,6 @@ def _sample(spark, warehouse: Path, **overrides) -> None:
     spark.conf.set(WAREHOUSE_CONF, str(warehouse))
     config = SampleConfig(**{"rows": SAMPLE_ROWS, "seed": 11, "span_hours": 48, **overrides})
     write_sample(spark, config, table="video_events", progress=lambda _m: None)
-
-
-def _with_input_of(source: Path, tmp_path: Path) -> Path:
-    """A warehouse of a test's own holding a copy of `source`'s input table (video_events)."""
-    warehouse = tmp_path / "warehouse"
-    shutil.copytree(source / "video_events", warehouse / "video_events")
-    return warehouse
 
 
 @pytest.fixture(scope="module")
@@ -79,25 +71,11 @@ def bad_wh(spark, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def maintained_wh(spark, sample_wh, tmp_path_factory) -> tuple[Path, int]:
-    """A warehouse of its own with billing's output from a backfill through the shared
-    session, for the maintenance DAG; and the row count of its results table."""
-    from deltalake import DeltaTable
-
-    from dataflow_core.spark.jobs.backfill import run_backfill
-    from tests.integration.test_microbatch import in_warehouse
-
-    warehouse = _with_input_of(sample_wh, tmp_path_factory.mktemp("maintained"))
-    with in_warehouse(spark, warehouse):
-        assert run_backfill(spark, "billing", "2024-05-01", "2024-05-03").ledger_ok
-    return warehouse, DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows
-
-
-@pytest.fixture(scope="module")
-def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_factory) -> dict[str, DagsTest]:
+def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, tmp_path_factory) -> dict[str, DagsTest]:
     """The DAG runs the tests look at, by name, made by one Airflow process (see the module
     docstring). The first needs no Spark and must not start it; the backfill's day comes
-    before the daily DAG's run of the same day."""
+    before the daily DAG's run of the same day, and maintenance after both, on the tables
+    they wrote."""
     base = tmp_path_factory.mktemp("dag_runs")
     (base / "broken_pipeline.py").write_text(BROKEN_PIPELINE)
 
@@ -112,7 +90,7 @@ def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, maintained_wh, tmp_path_f
                          conf={"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-03", "days_at_once": 2}),
         "bad_input": test("dataflow_backfill", bad_wh, conf=day),
         "daily": test("dataflow_daily__billing", sample_wh, "2024-05-02T00:00:00+00:00"),
-        "maintenance": test("dataflow_maintenance", maintained_wh[0], DATAFLOW_RESULTS_FILE_MB="8"),
+        "maintenance": test("dataflow_maintenance", sample_wh, DATAFLOW_RESULTS_FILE_MB="8"),
         "microbatch": test("dataflow_microbatch__ad_sessions", live_wh),
         "broken_microbatch": test("dataflow_microbatch__broken_counts", live_wh),
     }
@@ -242,20 +220,24 @@ def test_daily_dag_backfills_its_data_interval(dag_runs):
     assert "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s)" in out
 
 
-def test_maintenance_dag_optimizes_and_vacuums(dag_runs, maintained_wh):
-    """On a warehouse of its own, with billing's output from a backfill (`maintained_wh`)."""
+def test_maintenance_dag_optimizes_and_vacuums(dag_runs, sample_wh):
+    """On the tables the backfill and daily DAGs wrote (billing's output in several files)."""
     from deltalake import DeltaTable
 
     result = dag_runs["maintenance"]
-    (warehouse, before), out = maintained_wh, result.stdout
+    out = result.stdout
     assert result.code == 0 and _dag_run_state(out) == "success"
     assert re.search(r"billing_panes: OPTIMIZE compacted \d+ file\(s\) into \d+; VACUUM kept 168 h", out)
     # the results table in files of at most $DATAFLOW_RESULTS_FILE_MB (test_delta_roundtrip shows what that does)
     assert re.search(r"billing: OPTIMIZE compacted \d+ file\(s\) into \d+ of at most 8 MiB; VACUUM kept 168 h", out)
     assert "pipeline ad_sessions: no output or state tables yet" in out
-    history = DeltaTable(str(warehouse / "billing_panes")).history()
+    history = DeltaTable(str(sample_wh / "billing_panes")).history()
     assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} & {h["operation"] for h in history}
-    assert DeltaTable(str(warehouse / "billing")).to_pyarrow_table().num_rows == before
+    # The results hold the rows they held before OPTIMIZE (the version before it, by time travel).
+    results = DeltaTable(str(sample_wh / "billing"))
+    optimized = min(h["version"] for h in results.history() if h["operation"] == "OPTIMIZE")
+    before = DeltaTable(str(sample_wh / "billing"), version=optimized - 1).to_pyarrow_table()
+    assert before.num_rows > 0 and results.to_pyarrow_table().num_rows == before.num_rows
 
 
 def test_schedules_and_shapes(dagbag):
