@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import shutil
 from collections import Counter
 
 import pytest
@@ -24,6 +25,7 @@ from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from tests.integration.test_backfill import DAY0, M, reference_results, results_of, to_rows, write_input
+from tests.integration.test_microbatch import in_warehouse
 from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
 
 _names = itertools.count()
@@ -98,68 +100,81 @@ def _tables(spark, spec) -> dict[str, Counter]:
     return out
 
 
-def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exactly(spark, crash):
+def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exactly(spark, crash, tmp_path):
     """One backfill stopped after each of its commit points in turn, then run to the end,
-    leaves the tables of an uninterrupted twin; micro-batches then carry on: the deleted
-    view is not counted, the late view is counted once."""
+    leaves the tables of an uninterrupted twin (the same pipeline and live history, in a copy
+    of the warehouse); micro-batches then carry on: the deleted view is not counted, the
+    late view is counted once."""
     rows = to_rows(VIEWS)
-    twin = _billing(f"t_resume_twin_{next(_names)}", AccumulationMode.RETRACTING)
     spec = _billing(f"t_resume_{next(_names)}", AccumulationMode.RETRACTING)
-    for pipeline in (twin, spec):
-        standing = _live_then_changed(spark, pipeline, rows)
+    twin, resumed = tmp_path / "twin", tmp_path / "resumed"
+    with in_warehouse(spark, twin):
+        standing = _live_then_changed(spark, spec, rows)
+    shutil.copytree(twin, resumed)
     now = format_instant(DAY0 + 11 * M)
-    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+    with in_warehouse(spark, twin):
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+        uninterrupted = _tables(spark, spec)
     out = spec.stages[0].output
-    for point in (f"{out}-planned", f"{out}-corrected-panes", f"{out}-corrected-results", f"{out}-corrected-state"):
-        crash(point)
-        with pytest.raises(SimulatedCrash):
-            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
-    crash(None)
-    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
-    assert _tables(spark, spec) == _tables(spark, twin)
-    _assert_plan_forgotten_in_the_log(spark, spec.stages[0])
+    with in_warehouse(spark, resumed):
+        for point in (f"{out}-planned", f"{out}-corrected-panes", f"{out}-corrected-results", f"{out}-corrected-state"):
+            crash(point)
+            with pytest.raises(SimulatedCrash):
+                run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+        crash(None)
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+        assert _tables(spark, spec) == uninterrupted
+        _assert_plan_forgotten_in_the_log(spark, spec.stages[0])
 
-    rest = [r for r in rows if r[5] >= DAY0 + 8 * M]
-    write_input(spark, spec.input_table, rest + [standing[-1]], mode="append")  # the late view again
-    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 30 * M)).ledger_ok
-    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok  # early timers
-    assert _results(spark, spec.stages[0]) == _sums(standing + rest)
-    for window, history in _histories(spark, spec.stages[0]).items():
-        assert history_breaks(history) == [], (window, history)
+        rest = [r for r in rows if r[5] >= DAY0 + 8 * M]
+        write_input(spark, spec.input_table, rest + [standing[-1]], mode="append")  # the late view again
+        assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 30 * M)).ledger_ok
+        assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 3 * 3600 * S)).ledger_ok  # early timers
+        assert _results(spark, spec.stages[0]) == _sums(standing + rest)
+        for window, history in _histories(spark, spec.stages[0]).items():
+            assert history_breaks(history) == [], (window, history)
 
 
-def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_planned_changes(spark, crash):
+def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_planned_changes(
+    spark, crash, tmp_path,
+):
     """Without micro-batches, a backfill correcting an earlier one (a view deleted, a late
     one added) stopped after each of its commit points in turn, then run to the end, leaves
-    the tables of an uninterrupted twin. Its plan holds the changed windows, one row each,
-    and the corrections are computed again from it, not from the half-written tables."""
+    the tables of an uninterrupted twin (a copy of the warehouse before it). Its plan holds
+    the changed windows, one row each, and the corrections are computed again from it, not
+    from the half-written tables."""
     from dataflow_core.spark.sinks.corrections_plan import plan_table
 
     rows = to_rows(VIEWS)
     early = DAY0 + 8 * M
-    twin = _billing(f"t_resume_batch_twin_{next(_names)}", AccumulationMode.RETRACTING)
     spec = _billing(f"t_resume_batch_{next(_names)}", AccumulationMode.RETRACTING)
-    for pipeline in (twin, spec):
-        write_input(spark, pipeline.input_table, [r for r in rows if r[5] < early])
-        assert run_backfill(spark, pipeline.name, "2024-05-01", "2024-05-02", now=format_instant(early)).ledger_ok
+    twin, resumed = tmp_path / "twin", tmp_path / "resumed"
+    with in_warehouse(spark, twin):
+        write_input(spark, spec.input_table, [r for r in rows if r[5] < early])
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(early)).ledger_ok
         gone = next(r for r in rows if r[5] < early)
-        _delete(spark, pipeline.input_table, gone[0])
-        write_input(spark, pipeline.input_table, [("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)],
+        _delete(spark, spec.input_table, gone[0])
+        write_input(spark, spec.input_table, [("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)],
                     mode="append")
+    shutil.copytree(twin, resumed)
     now = format_instant(DAY0 + 11 * M)
-    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=now).ledger["corrected_windows"] >= 1
+    with in_warehouse(spark, twin):
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger["corrected_windows"] >= 1
+        uninterrupted = _tables(spark, spec)
     stage = spec.stages[0]
-    for point in (f"{stage.output}-planned", f"{stage.output}-corrected-panes", f"{stage.output}-corrected-results"):
-        crash(point)
-        with pytest.raises(SimulatedCrash):
-            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
-        plan = read_table(spark, plan_table(stage)).collect()
-        assert {r["kind"] for r in plan} == {"change"} and len(plan) == len({
-            (r["ad_id"], r["window_start"]) for r in plan}) >= 1, plan
-    crash(None)
-    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
-    assert _tables(spark, spec) == _tables(spark, twin)
-    _assert_plan_forgotten_in_the_log(spark, stage)
+    with in_warehouse(spark, resumed):
+        for point in (f"{stage.output}-planned", f"{stage.output}-corrected-panes",
+                      f"{stage.output}-corrected-results"):
+            crash(point)
+            with pytest.raises(SimulatedCrash):
+                run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now)
+            plan = read_table(spark, plan_table(stage)).collect()
+            assert {r["kind"] for r in plan} == {"change"} and len(plan) == len({
+                (r["ad_id"], r["window_start"]) for r in plan}) >= 1, plan
+        crash(None)
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
+        assert _tables(spark, spec) == uninterrupted
+        _assert_plan_forgotten_in_the_log(spark, stage)
 
 
 FIRST_NOW = format_instant(DAY0 + 11 * M)
