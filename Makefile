@@ -61,7 +61,7 @@ $(PY):
 # PYTHONDONTWRITEBYTECODE is set (as on CI) Python then never caches them either: every
 # process would compile what it imports (Great Expectations alone: 11 CPU s, 3.6 s compiled).
 # --offline first: when uv's cache holds every pinned wheel (any machine that installed the
-# lock before), nothing is asked of the index, whose revalidation of some 200 packages took
+# lock before), nothing is asked of the index, whose revalidation of the 163 packages took
 # 20 of the install's 33 s; anything missing from the cache fails that attempt before it
 # installs a file, and the install then goes to the index.
 $(DEPS_STAMP): $(PY) $(LOCK) pyproject.toml
@@ -74,11 +74,14 @@ $(DEPS_STAMP): $(PY) $(LOCK) pyproject.toml
 	@rm -f $(VENV)/.deps-*
 	@touch $@
 
-# Other tools wait for this file: the venv is complete. Found, not imported: importing
-# them takes 5 s (Airflow alone writes a config on import); each is imported by every
-# command that needs it.
+# Other tools wait for this file: the venv is complete. Its packages are found, not
+# imported: importing them takes 5 s (and Airflow makes folders in its home on import); each
+# is imported by every command that needs it.
+READY_MODULES := pyspark delta airflow great_expectations pytest dataflow_core
 $(VENV)/.ready: $(DEPS_STAMP)
-	@$(PY) -c 'import importlib.util as u, sys; gone = [m for m in ("pyspark", "delta", "airflow", "great_expectations", "pytest", "dataflow_core") if u.find_spec(m) is None]; sys.exit("make setup: $(VENV) is incomplete (no " + ", ".join(gone) + "); run make distclean setup" if gone else 0)'
+	@$(PY) -c 'import importlib.util as u, sys; gone = [m for m in sys.argv[1:] if u.find_spec(m) is None]; \
+		sys.exit("make setup: $(VENV) is incomplete (no " + ", ".join(gone) + "); run make distclean setup" if gone else 0)' \
+		$(READY_MODULES)
 	@touch $@
 
 # Two pytest sessions, the whole suite between them (PYTEST_ARGS goes to both). The pure
