@@ -7,7 +7,8 @@
   against what the pane log nets to.
 
 Each gate derives the columns its suite checks, validates them through GE (a file-backed
-project whose Data Docs HTML site is rebuilt after every gate, see `quality.docs`), copies
+project whose Data Docs HTML site is updated after every gate, once for all the stages
+`gate_outputs` checks; see `quality.docs`), copies
 the rows that break a row-level rule into a quarantine table with the reasons, and returns a
 `GateOutcome`; `GateOutcome.raise_if_failed()` raises `GateFailed` whose one-line message says
 which expectations failed on how many rows.
@@ -341,6 +342,7 @@ def gate_panes(
     run_id: str,
     pipeline: str = "",
     docs_dir: str | os.PathLike[str] | None = None,
+    build_docs: bool = True,
 ) -> GateOutcome:
     """Validate the pane log of the windows `run_ids` touched; failing panes are copied to
     `<output>_panes_quarantine` with the reasons."""
@@ -354,7 +356,7 @@ def gate_panes(
     try:
         n = checked.count()
         report = validate_dataframe(checked, rules, docs_dir=_docs_dir(spark, docs_dir),
-                                    run_name=f"{run_id}:panes:{stage.output}")
+                                    run_name=f"{run_id}:panes:{stage.output}", build_docs=build_docs)
         pane_cols = [c for c in checked.columns if not c.startswith("gate_")]
         bad = (
             checked.withColumn("_failed", failed_rules(rules)).where(F.size("_failed") > 0)
@@ -432,6 +434,7 @@ def gate_results(
     run_id: str,
     pipeline: str = "",
     docs_dir: str | os.PathLike[str] | None = None,
+    build_docs: bool = True,
 ) -> GateOutcome:
     """Check that the results table equals what the pane log nets to (windows `run_ids`
     touched); mismatching rows are copied to `<output>_results_quarantine`."""
@@ -445,7 +448,7 @@ def gate_results(
     try:
         n = checked.count()
         report = validate_dataframe(checked, rules, docs_dir=_docs_dir(spark, docs_dir),
-                                    run_name=f"{run_id}:results:{stage.output}")
+                                    run_name=f"{run_id}:results:{stage.output}", build_docs=build_docs)
         cols = [c for c in checked.columns if not c.startswith("gate_")]
         bad = (
             checked.withColumn("_failed", failed_rules(rules)).where(F.size("_failed") > 0)
@@ -475,7 +478,10 @@ def gate_outputs(
 
     `written`: how many panes and retractions the runs wrote per stage output. A stage that
     the runs wrote to but whose gate checked no pane fails (a gate over nothing is no gate:
-    the run ids do not match the pane log's, or the panes are not where they should be)."""
+    the run ids do not match the pane log's, or the panes are not where they should be).
+
+    The Data Docs site is updated once, after the last validation (`build_data_docs`)."""
+    from dataflow_core.quality.validate import build_data_docs
     from dataflow_core.spark.platform.tables import table_exists
 
     say = say or _log.info
@@ -492,7 +498,7 @@ def gate_outputs(
                 continue
             say(f"stage {stage.output}: no pane log ({stage.output}_panes) yet, nothing to check")
             continue
-        outcome = gate_panes(spark, stage, ids, run_id, spec.name, docs_dir)
+        outcome = gate_panes(spark, stage, ids, run_id, spec.name, docs_dir, build_docs=False)
         if expected and outcome.rows == 0:
             outcome = replace(outcome, problem=(
                 f"0 panes checked although run(s) {', '.join(sorted(set(ids or []))) or '-'} wrote {expected:,} "
@@ -501,9 +507,14 @@ def gate_outputs(
         for line in outcomes[-1].lines():
             say(line)
         if stage.keeps_results and table_exists(spark, stage.output):
-            outcomes.append(gate_results(spark, stage, ids, run_id, spec.name, docs_dir))
+            outcomes.append(gate_results(spark, stage, ids, run_id, spec.name, docs_dir, build_docs=False))
             for line in outcomes[-1].lines():
                 say(line)
+    reports = build_data_docs(_docs_dir(spark, docs_dir), [o.report for o in outcomes])
+    outcomes = [replace(o, report=r) for o, r in zip(outcomes, reports)]
+    index = next((r.docs_index for r in reports if r.docs_index), None)
+    if index:
+        say(f"Data Docs: {index}")
     return outcomes
 
 

@@ -6,11 +6,12 @@ the caller's SparkSession. The report names every expectation and whether it fai
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Iterator
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.quality.rules import RuleSet, load_rules
@@ -59,6 +60,7 @@ class ValidationReport:
     success: bool
     outcomes: tuple[ExpectationOutcome, ...]
     docs_index: str | None = None  # Data Docs page (file path) when docs were built
+    result_id: Any = field(default=None, compare=False)  # GE's id of the stored result (file-backed only)
 
     @property
     def failed(self) -> tuple[ExpectationOutcome, ...]:
@@ -122,20 +124,23 @@ def validate_dataframe(
     rules: RuleSet | None = None,
     docs_dir: str | os.PathLike[str] | None = None,
     run_name: str | None = None,
+    build_docs: bool = True,
 ) -> ValidationReport:
     """Run the suite on `df` through GE's Spark datasource; never raises for failed
     expectations (the report says which), only for a broken setup.
 
     With `docs_dir`, the validation runs in a file-backed GE project there (kept across runs)
     through a Checkpoint that stores the result and rebuilds the Data Docs HTML site; the
-    report's `docs_index` is then the site's index page."""
+    report's `docs_index` is then the site's index page. `build_docs=False` stores the
+    result only: a caller validating several frames builds the site once for all of them
+    (`build_data_docs`)."""
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
     rules = rules or load_rules()
     rules.check_columns(df.columns)
     if docs_dir is not None:
-        return _validate_with_docs(df, rules, docs_dir, run_name)
+        return _validate_with_docs(df, rules, docs_dir, run_name, build_docs)
     context = gx.get_context(mode="ephemeral")
     # Our callers print their own progress lines; GE's tqdm bars would garble them.
     context.variables.progress_bars = ProgressBarsConfig(globally=False)
@@ -150,17 +155,13 @@ def validate_dataframe(
 
 
 def _validate_with_docs(
-    df: DataFrame, rules: RuleSet, docs_dir: str | os.PathLike[str], run_name: str | None
+    df: DataFrame, rules: RuleSet, docs_dir: str | os.PathLike[str], run_name: str | None, build_docs: bool,
 ) -> ValidationReport:
     import great_expectations as gx
     from great_expectations.data_context.types.base import ProgressBarsConfig
 
-    from dataflow_core.quality.docs import docs_lock
-
     root = os.fspath(docs_dir)
-    os.makedirs(root, exist_ok=True)
-    with docs_lock(root):  # one GE project on disk: gates of parallel tasks take turns
-        context = gx.get_context(mode="file", project_root_dir=root)
+    with _project(root) as context:
         context.variables.progress_bars = ProgressBarsConfig(globally=False)
         source = context.data_sources.add_or_update_spark(name="dataflow_spark", persist=False)
         asset = next((a for a in source.assets if a.name == rules.name), None) or (
@@ -177,7 +178,7 @@ def _validate_with_docs(
             gx.Checkpoint(
                 name=rules.name,
                 validation_definitions=[definition],
-                actions=[gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")],
+                actions=[gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else [],
                 result_format=RESULT_FORMAT,
             )
         )
@@ -185,15 +186,51 @@ def _validate_with_docs(
             batch_parameters={"dataframe": df},
             run_id=gx.RunIdentifier(run_name=run_name or rules.name),
         )
-        (result,) = outcome.run_results.values()
-        sites = context.get_docs_sites_urls()
-        index = sites[0]["site_url"].removeprefix("file://") if sites else None
-        if index:  # readable without internet (GE's pages take their scripts from CDNs)
-            from dataflow_core.quality.docs import make_offline
+        ((result_id, result),) = outcome.run_results.items()
+        index = _site(context) if build_docs else None
+    return replace(_report(rules, result), docs_index=index, result_id=result_id)
 
-            make_offline(Path(index).parent)
-    report = _report(rules, result)
-    return ValidationReport(report.suite, report.success, report.outcomes, docs_index=index)
+
+def build_data_docs(docs_dir: str | os.PathLike[str], reports: list[ValidationReport]) -> list[ValidationReport]:
+    """The Data Docs site of the GE project at `docs_dir`, updated once for these reports'
+    results (validated with `build_docs=False`): their pages, their suites' pages and the
+    index, as each validation's own update would have made them. Returns the reports with
+    `docs_index` set. One update instead of one per validation: each renders the whole index
+    again, in a project context made afresh."""
+    from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
+
+    stored = [r for r in reports if r.result_id is not None]
+    if not stored:
+        return reports
+    with _project(os.fspath(docs_dir)) as context:
+        suites = {r.suite: ExpectationSuiteIdentifier(name=r.suite) for r in stored}
+        context.build_data_docs(resource_identifiers=[r.result_id for r in stored] + list(suites.values()))
+        index = _site(context)
+    return [replace(r, docs_index=index) if r.result_id is not None else r for r in reports]
+
+
+@contextlib.contextmanager
+def _project(root: str) -> Iterator[Any]:
+    """The file-backed GE project at `root`, held alone (gates of parallel tasks share it)."""
+    import great_expectations as gx
+
+    from dataflow_core.quality.docs import docs_lock
+
+    os.makedirs(root, exist_ok=True)
+    with docs_lock(root):
+        yield gx.get_context(mode="file", project_root_dir=root)
+
+
+def _site(context: Any) -> str | None:
+    """The Data Docs site's index page, made readable without internet (GE's pages take
+    their scripts from CDNs)."""
+    from dataflow_core.quality.docs import make_offline
+
+    sites = context.get_docs_sites_urls()
+    index = sites[0]["site_url"].removeprefix("file://") if sites else None
+    if index:
+        make_offline(Path(index).parent)
+    return index
 
 
 def _report(rules: RuleSet, result: Any) -> ValidationReport:

@@ -11,7 +11,7 @@ import pytest
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import get
-from dataflow_core.quality.gates import GateFailed, gate_input, gate_panes, gate_results, input_rules
+from dataflow_core.quality.gates import GateFailed, gate_input, gate_outputs, gate_panes, gate_results, input_rules
 from dataflow_core.quality.docs import site_index
 
 pytestmark = pytest.mark.integration
@@ -95,6 +95,25 @@ def test_consistent_pane_log_and_results_pass_and_build_data_docs(spark, wh):
     html = index.read_text()
     assert "ad_sessions_panes" in html and "ad_sessions_results" in html
     assert any(line.startswith("  Data Docs: ") for line in panes.lines())
+
+
+def test_a_gate_over_every_stage_updates_data_docs_once_with_a_page_for_each_validation(spark, wh):
+    """`gate_outputs` stores each validation's result and builds the site after the last:
+    every outcome links the index, which lists them all, and each has its own page."""
+    write(spark, good_session_panes(), PANE_SCHEMA, "ad_sessions_panes")
+    write(spark, GOOD_RESULTS, RESULT_SCHEMA, "ad_sessions")
+    docs, said = wh / "docs", []
+
+    outcomes = gate_outputs(spark, "ad_sessions", ["r2"], "gate-all", docs_dir=docs, say=said.append)
+
+    assert [o.gate for o in outcomes] == ["panes", "results"] and all(o.success for o in outcomes)
+    assert {o.report.docs_index for o in outcomes} == {str(site_index(docs))}
+    assert said.count(f"Data Docs: {site_index(docs)}") == 1
+    pages = [p.relative_to(site_index(docs).parent / "validations") for p in
+             (site_index(docs).parent / "validations").rglob("*.html")]
+    assert sorted(p.parts[0] for p in pages) == ["ad_sessions_panes", "ad_sessions_results"], pages
+    html = site_index(docs).read_text()
+    assert "gate-all:panes:ad_sessions" in html and "gate-all:results:ad_sessions" in html
 
 
 def test_pane_gate_fails_on_a_retraction_of_a_pane_that_never_stood(spark, wh):
