@@ -1,7 +1,9 @@
 """Great Expectations adapter: validate a Spark DataFrame against a rule set.
 
-Uses an ephemeral GE context (nothing written to disk) with a Spark datasource that reuses
-the caller's SparkSession. The report names every expectation and whether it failed.
+Uses a GE context with a Spark datasource that reuses the caller's SparkSession: an
+ephemeral one (nothing written to disk), or, given a folder, a file-backed project that
+keeps every result and its Data Docs site. The report names every expectation and whether
+it failed.
 """
 
 from __future__ import annotations
