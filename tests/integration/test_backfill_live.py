@@ -100,6 +100,15 @@ def _tables(spark, spec) -> dict[str, Counter]:
     return out
 
 
+def _resumable_and_uninterrupted(spark, spec, twin, resumed, now: str):
+    """Copy the warehouse `twin` (the pipeline as it stands) to `resumed`, for the run under
+    test; then, in `twin`, the uninterrupted backfill at `now`: its result and the tables it
+    leaves."""
+    shutil.copytree(twin, resumed)
+    with in_warehouse(spark, twin):
+        return run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now), _tables(spark, spec)
+
+
 def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exactly(spark, crash, tmp_path):
     """One backfill stopped after each of its commit points in turn, then run to the end,
     leaves the tables of an uninterrupted twin (the same pipeline and live history, in a copy
@@ -110,11 +119,9 @@ def test_a_backfill_interrupted_anywhere_and_run_again_corrects_live_state_exact
     twin, resumed = tmp_path / "twin", tmp_path / "resumed"
     with in_warehouse(spark, twin):
         standing = _live_then_changed(spark, spec, rows)
-    shutil.copytree(twin, resumed)
     now = format_instant(DAY0 + 11 * M)
-    with in_warehouse(spark, twin):
-        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger_ok
-        uninterrupted = _tables(spark, spec)
+    result, uninterrupted = _resumable_and_uninterrupted(spark, spec, twin, resumed, now)
+    assert result.ledger_ok
     out = spec.stages[0].output
     with in_warehouse(spark, resumed):
         for point in (f"{out}-planned", f"{out}-corrected-panes", f"{out}-corrected-results", f"{out}-corrected-state"):
@@ -156,11 +163,9 @@ def test_a_backfill_without_live_state_interrupted_anywhere_resumes_from_its_pla
         _delete(spark, spec.input_table, gone[0])
         write_input(spark, spec.input_table, [("late-1", "u9", gone[2], "23", DAY0 + 60 * S, DAY0 + 9 * M)],
                     mode="append")
-    shutil.copytree(twin, resumed)
     now = format_instant(DAY0 + 11 * M)
-    with in_warehouse(spark, twin):
-        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now).ledger["corrected_windows"] >= 1
-        uninterrupted = _tables(spark, spec)
+    result, uninterrupted = _resumable_and_uninterrupted(spark, spec, twin, resumed, now)
+    assert result.ledger["corrected_windows"] >= 1
     stage = spec.stages[0]
     with in_warehouse(spark, resumed):
         for point in (f"{stage.output}-planned", f"{stage.output}-corrected-panes",
