@@ -132,8 +132,8 @@ def validate_dataframe(
     expectations (the report says which), only for a broken setup.
 
     With `docs_dir`, the validation runs in a file-backed GE project there (kept across runs)
-    through a Checkpoint that stores the result and rebuilds the Data Docs HTML site; the
-    report's `docs_index` is then the site's index page. `build_docs=False` stores the
+    through a Checkpoint that stores the result, then updates the Data Docs HTML site with
+    its page; the report's `docs_index` is then the site's index page. `build_docs=False` stores the
     result only: a caller validating several frames builds the site once for all of them
     (`build_data_docs`)."""
     import great_expectations as gx
@@ -180,7 +180,6 @@ def _validate_with_docs(
             gx.Checkpoint(
                 name=rules.name,
                 validation_definitions=[definition],
-                actions=[gx.checkpoint.UpdateDataDocsAction(name="update_data_docs")] if build_docs else [],
                 result_format=RESULT_FORMAT,
             )
         )
@@ -189,8 +188,8 @@ def _validate_with_docs(
             run_id=gx.RunIdentifier(run_name=run_name or rules.name),
         )
         ((result_id, result),) = outcome.run_results.items()
-        index = _site(context) if build_docs else None
-    return replace(_report(rules, result), docs_index=index, result_id=result_id)
+        report = replace(_report(rules, result), result_id=result_id)
+        return _update_site(context, [report])[0] if build_docs else report
 
 
 def build_data_docs(docs_dir: str | os.PathLike[str], reports: list[ValidationReport]) -> list[ValidationReport]:
@@ -199,15 +198,22 @@ def build_data_docs(docs_dir: str | os.PathLike[str], reports: list[ValidationRe
     index, as each validation's own update would have made them. Returns the reports with
     `docs_index` set. One update instead of one per validation: each renders the whole index
     again, in a project context made afresh."""
+    if not any(r.result_id is not None for r in reports):
+        return reports
+    with _project(os.fspath(docs_dir)) as context:
+        return _update_site(context, reports)
+
+
+def _update_site(context: Any, reports: list[ValidationReport]) -> list[ValidationReport]:
+    """The site's pages of these reports' stored results and of their suites, and its index
+    (the one way the site is updated, for one validation or many); the reports with
+    `docs_index` set (those with no stored result are left as they are)."""
     from great_expectations.data_context.types.resource_identifiers import ExpectationSuiteIdentifier
 
     stored = [r for r in reports if r.result_id is not None]
-    if not stored:
-        return reports
-    with _project(os.fspath(docs_dir)) as context:
-        suites = {r.suite: ExpectationSuiteIdentifier(name=r.suite) for r in stored}
-        context.build_data_docs(resource_identifiers=[r.result_id for r in stored] + list(suites.values()))
-        index = _site(context)
+    suites = {r.suite: ExpectationSuiteIdentifier(name=r.suite) for r in stored}
+    context.build_data_docs(resource_identifiers=[r.result_id for r in stored] + list(suites.values()))
+    index = _site(context)
     return [replace(r, docs_index=index) if r.result_id is not None else r for r in reports]
 
 
