@@ -15,3 +15,22 @@ BUSY_EXIT = 75
 class PipelineBusy(DataflowError):
     """Another run of the same pipeline holds it: it claimed this batch first, took it over,
     or holds the stream checkpoint."""
+
+
+CONCURRENT_MARKS = (
+    "Concurrent update", "Multiple streaming", "ConcurrentModification", "concurrently using",  # a stream checkpoint
+    "ConcurrentAppend", "ConcurrentTransaction", "ConcurrentWrite", "ConcurrentDelete", "DELTA_CONCURRENT",  # Delta
+    "ProtocolChanged", "MetadataChanged", "DELTA_PROTOCOL_CHANGED", "DELTA_METADATA_CHANGED",  # Delta: a table made at once
+)
+
+
+def is_concurrent(exc: BaseException) -> bool:
+    """Whether `exc` says another run wrote first: to a stream checkpoint (offsets, commits,
+    its metadata) or to a Delta table (a conflicting commit, or two runs making a table)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(m in text for m in CONCURRENT_MARKS)
+
+
+def first_line(exc: BaseException) -> str:
+    """An error's first non-empty line (a Java exception's message, without its stack)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)

@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy, first_line, is_concurrent
 
 # Subcommand modules, in the order `--help` lists them.
 SUBCOMMANDS = ("pipelines", "backfill", "microbatch", "reset", "replay", "diagram", "generate", "sql")
@@ -70,6 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
+    except PipelineBusy as exc:
+        if args.verbose:
+            raise
+        print(f"dataflow {args.command}: busy: {exc}", file=sys.stderr)
+        return BUSY_EXIT
     except DataflowError as exc:
         if args.verbose:
             raise
@@ -81,8 +86,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - last line of defence for a readable error
         if args.verbose:
             raise
+        if is_concurrent(exc):  # Delta refused a commit: another run wrote the same table first
+            print(f"dataflow {args.command}: busy: another run wrote the same table at the same moment "
+                  f"({first_line(exc)[:300]}); nothing of this run's last commit was written: run it again "
+                  "(or with --wait); --verbose shows the trace", file=sys.stderr)
+            return BUSY_EXIT
         print(
-            f"dataflow {args.command}: error: {type(exc).__name__}: {exc} "
+            f"dataflow {args.command}: error: {type(exc).__name__}: {first_line(exc)[:500]} "
             "(run with --verbose for the traceback)",
             file=sys.stderr,
         )

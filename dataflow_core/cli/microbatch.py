@@ -5,9 +5,11 @@ last batch (exactly once, crash-safe, fenced); `--loop EVERY` keeps going until 
 from __future__ import annotations
 
 import argparse
+import re
 import threading
 import time
 
+from dataflow_core.cli.waiting import add_wait_option, until_free, wait_seconds
 from dataflow_core.errors import BUSY_EXIT
 
 
@@ -31,6 +33,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the latest batch N failed and fails again on every retry: quarantine its rows with "
                         "--reason instead of processing them, then run as usual")
     p.add_argument("--reason", default="", help="why batch N is skipped (kept with its quarantined rows)")
+    p.add_argument("--starting-version", type=int, default=None, metavar="V",
+                   help="going live (no stream checkpoint yet): read only the input's commits from version V on, "
+                        "in commit order, instead of its whole snapshot")
+    p.add_argument("--max-bytes-per-batch", default=None, metavar="SIZE",
+                   help="going live: the most input one batch reads (Delta's maxBytesPerTrigger, e.g. 256m, the "
+                        "default), oldest files first; later runs go on from the checkpoint")
+    add_wait_option(p)
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
@@ -52,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
             raise DataflowError(f"--loop: {args.loop!r} is no interval; give one above zero, e.g. 1m")
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
+    if args.starting_version is not None and args.starting_version < 0:
+        raise DataflowError(f"--starting-version: {args.starting_version} is no table version; give 0 or more")
+    if args.max_bytes_per_batch and not re.fullmatch(r"\d+[kmgt]?b?", args.max_bytes_per_batch.lower()):
+        raise DataflowError(f"--max-bytes-per-batch: {args.max_bytes_per_batch!r} is no size; give e.g. 256m or 1g")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
     from dataflow_core.errors import PipelineBusy
@@ -72,6 +85,9 @@ def run(args: argparse.Namespace) -> int:
             unbalanced.append(result.run_id)
             stop.set()
 
+    from dataflow_core.spark.input.going_live import FIRST_BATCH_BYTES, FirstRead
+
+    first_read = FirstRead(args.starting_version, args.max_bytes_per_batch or FIRST_BATCH_BYTES)
     spark = get_spark(f"dataflow-microbatch-{args.pipeline}", master=args.master, warehouse=args.warehouse)
     if args.skip_batch is not None:
         from dataflow_core.spark.jobs.skip import request_skip
@@ -83,12 +99,14 @@ def run(args: argparse.Namespace) -> int:
         say(f"one streaming query, a batch every {args.loop} (a tick when none brings input and something is due); "
             "Ctrl-C stops it after the batch under way")
         try:
-            run_loop(spark, args.pipeline, every, progress=say, on_result=report, stop=stop)
+            run_loop(spark, args.pipeline, every, progress=say, on_result=report, stop=stop, first_read=first_read)
         except KeyboardInterrupt:
             say("stopped")
         return 1 if unbalanced else 0
     try:
-        result = run_microbatch(spark, args.pipeline, now=args.now, progress=say)
+        result = until_free(lambda: run_microbatch(spark, args.pipeline, now=args.now, progress=say,
+                                                   first_read=first_read),
+                            wait_seconds(args.wait), say)
     except PipelineBusy as exc:
         print(f"dataflow microbatch: {exc}", flush=True)
         return BUSY_EXIT

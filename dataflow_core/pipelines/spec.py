@@ -40,10 +40,10 @@ class StageSpec:
 
     @property
     def keeps_results(self) -> bool:
-        """Whether the stage has a current-results table: a discarding stage has one only
-        when its combiner declares how pane outputs merge (`CombineFn.output_merge`)."""
-        s = self.strategy
-        return s.accumulation is not AccumulationMode.DISCARDING or s.combiner.output_merge is not None
+        """Whether the stage has a current-results table: every stage has one. A discarding
+        stage whose combiner's outputs do not merge (no `CombineFn.output_merge`) keeps each
+        window's latest pane there (docs/model.md, "Discarding panes that do not merge")."""
+        return True
 
     @property
     def retracting(self) -> bool:
@@ -123,6 +123,6 @@ class PipelineSpec:
                  + f", key {', '.join(self.key)}, value {self.value}, watermark {self.watermark().describe()}"]
         for s in self.stages:
             a = s.answers()
-            lines.append(f"  stage {s.output} (tables {s.output}_panes" + (f", {s.output})" if s.keeps_results else "; no results table: discarding panes of a combiner whose outputs do not merge)"))
+            lines.append(f"  stage {s.output} (tables {s.output}_panes" + f", {s.output})")
             lines.append(f"    key {', '.join(s.key_columns)}; what {a['what']}; where {a['where']}; when {a['when']}; how {a['how']}")
         return lines

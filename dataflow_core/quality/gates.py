@@ -385,8 +385,8 @@ def netted(panes: "DataFrame", stage: "StageSpec") -> "DataFrame":
     from dataflow_core.model.accumulation import AccumulationMode
 
     win = _window_cols(stage)
-    if stage.strategy.accumulation is AccumulationMode.DISCARDING:
-        merge = {"sum": F.sum, "count": F.sum, "min": F.min, "max": F.max}[stage.strategy.combiner.name]
+    if stage.strategy.accumulation is AccumulationMode.DISCARDING and stage.strategy.combiner.output_merge:
+        merge = {"sum": F.sum, "min": F.min, "max": F.max}[stage.strategy.combiner.output_merge]
         return (panes.where(~F.col("is_retraction")).groupBy(*win)
                 .agg(merge("value").cast(panes.schema["value"].dataType).alias("net_value")))
     last = Window.partitionBy(*win).orderBy(

@@ -71,7 +71,7 @@ def test_backfills_and_micro_batches_fence_each_other(spark, crash):
     crash(None)
     with pytest.raises(PipelineBusy, match=r"is held by backfill backfill-\w+"):
         run_microbatch(spark, spec.name, now=format_instant(DAY0 + 15 * M))
-    with pytest.raises(PipelineBusy, match="holds it"):  # another backfill (other arguments) waits too
+    with pytest.raises(PipelineBusy, match="is held by backfill run"):  # another backfill (other arguments) waits too
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-03", now=format_instant(DAY0 + 14 * M))
     assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02",
                         now=format_instant(DAY0 + 14 * M)).ledger_ok  # the same backfill finishes
@@ -223,34 +223,39 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
     _assert_plan_forgotten_in_the_log(spark, stage)
 
 
-def test_a_first_backfill_whose_planned_input_version_is_gone_says_so_and_starts_afresh_as_told(spark, crash):
-    """A first backfill stopped after its plan, whose planned version of the input can no
-    longer be read (vacuumed, the log cleaned), fails with one line naming the run, the
-    version and the tables to move away; with those moved away, it runs to the end and
-    leaves the tables of an uninterrupted twin."""
-    import os
+def test_a_backfill_whose_pinned_input_version_is_gone_says_so_and_is_abandoned_as_told(spark, crash):
+    """A first backfill stopped after writing panes, whose pinned version of the input is then
+    vacuumed away (a row deleted, VACUUM with no retention), fails on the re-run with one line
+    naming the run, the version and the way out; `--abandon` (as the line says) restores the
+    pipeline's tables and releases it, and the next run leaves the tables of an uninterrupted
+    twin over the input as it now stands."""
+    from dataflow_core.spark.sinks.holds import abandon
 
-    from dataflow_core.spark.sinks.corrections_plan import plan_table
-
-    _, twin, spec = _first_backfill_twins(spark, "t_gone")
+    rows, twin, spec = _first_backfill_twins(spark, "t_gone")
     stage = spec.stages[0]
     crash(f"{stage.output}-corrected-panes")
     with pytest.raises(SimulatedCrash):
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
     crash(None)
-    spark.sql(f"UPDATE delta.`{table_path(spark, plan_table(stage))}` SET planned_input_version = 999")
+    for pipeline in (spec, twin):
+        _delete(spark, pipeline.input_table, rows[0][0])
+    spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+    try:
+        spark.sql(f"VACUUM delta.`{table_path(spark, spec.input_table)}` RETAIN 0 HOURS")
+    finally:
+        spark.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
     with pytest.raises(DataflowError) as gone:
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
     line = str(gone.value)
-    assert "\n" not in line and "cannot resume" in line and f"version 999 of {spec.input_table}" in line, line
-    named = line.split("move away the tables it was writing (")[1].split(")")[0].split(", ")
-    assert set(named) == {stage.output, f"{stage.output}_panes", plan_table(stage), f"{spec.name}__seen_ids"}, line
-    for name in named:
-        if table_exists(spark, name):
-            path = table_path(spark, name).removeprefix("file:")
-            os.rename(path, f"{path}.moved")
+    assert "\n" not in line and "cannot resume" in line and f"version 0 of {spec.input_table}" in line, line
+    run_id = line.split("--abandon ")[1].split("`")[0]
+    assert table_exists(spark, f"{stage.output}_panes")  # what it wrote before it stopped ...
+    restored = abandon(spark, spec.name, run_id, lambda _m: None)
+    assert f"{stage.output}_panes" in restored and not read_table(spark, f"{stage.output}_panes").count()  # ... undone
+    failed = read_table(spark, "dataflow_runs").where(f"run_id = '{run_id}' AND status = 'failed'").collect()
+    assert failed and "abandoned" in failed[-1]["reason"], failed
     assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
-    assert _tables(spark, spec) == _tables(spark, twin)
+    assert _results(spark, stage) == _sums(rows[1:])
 
 
 def test_a_backfill_remembers_the_ids_of_the_windows_it_owns_and_no_others(spark):

@@ -9,6 +9,8 @@ holds them equal.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import TYPE_CHECKING
 
 from dataflow_core.model.accumulation import AccumulationMode
@@ -66,6 +68,9 @@ def _general(elements, strategy, key_columns, value_type, now):
 
     if "retraction" not in elements.columns:
         elements = elements.withColumn("retraction", F.lit(False))
+    if strategy.accumulation is AccumulationMode.DISCARDING and discarding_merge(strategy) is None:
+        # outputs that do not merge: the window's final value is the aggregate of all its input
+        strategy = dataclasses.replace(strategy, accumulation=AccumulationMode.ACCUMULATING)
     arrivals = elements.select(
         *key_columns, "value", "event_ms", "retraction",
         F.array(F.lit(0).cast("bigint")).alias("seq"), F.lit(now).cast("bigint").alias("at_ms"),

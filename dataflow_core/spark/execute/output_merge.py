@@ -11,13 +11,12 @@ _PAIR = {"sum": "{a} + {b}", "min": "least({a}, {b})", "max": "greatest({a}, {b}
 
 
 def discarding_merge(strategy: WindowingStrategy) -> str | None:
-    """The merge of a discarding strategy's pane outputs (None when panes accumulate)."""
+    """The merge of a discarding strategy's pane outputs; None when panes accumulate, or when
+    they are discarding panes whose outputs do not merge (a mean's): a window then stands at
+    its latest pane (docs/model.md, "Discarding panes that do not merge")."""
     if strategy.accumulation is not AccumulationMode.DISCARDING:
         return None
-    merge = strategy.combiner.output_merge
-    if merge not in _AGGREGATE:
-        raise ValueError(f"discarding panes of {strategy.combiner.name} do not merge into one value")
-    return merge
+    return strategy.combiner.output_merge if strategy.combiner.output_merge in _AGGREGATE else None
 
 
 def merge_aggregate(merge: str, column: str) -> str:

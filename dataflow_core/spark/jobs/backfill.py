@@ -13,33 +13,38 @@ processing time set to each batch's end, and writes the pane history a live pipe
 have emitted.
 
 A window belongs to the range its start falls in, so backfills of adjacent ranges never
-touch each other's windows; the read is widened just enough to complete the windows of
-the range (for sessions, until no session of the range reaches the edge of what was read).
+touch each other's windows; the read is widened by the first stage's window reach
+(`WindowFn.reach`) just enough to complete the windows of the range (for merging windows,
+until no window of the range reaches the edge of what was read).
+
+One writer at a time: a run holds the pipeline (`sinks.holds`) before it reads, and reads
+the version of the input its hold pinned however often it is resumed; it records itself
+finished (or failed, with its reason) and only then releases the hold.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant, parse_duration
-from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
+from dataflow_core.model.windows import GlobalWindows, WindowFn
 from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
+from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
-from dataflow_core.spark.platform.delta import gone_cause, table_version
-from dataflow_core.spark.sinks.batches import hold_for_backfill, release_backfill
-from dataflow_core.spark.sinks.corrections_plan import forget_plans, read_plan
+from dataflow_core.spark.platform.delta import gone_cause
+from dataflow_core.spark.sinks.corrections_plan import forget_plans
+from dataflow_core.spark.sinks.holds import Hold, check_hold, release, take_hold
 from dataflow_core.spark.sinks.results import current_results, standing_panes
-from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, finish_run, start_run
+from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, fail_run, finish_run
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -59,34 +64,63 @@ def run_backfill(
     fast: bool | None = None,
     progress: Progress_ | None = None,
 ) -> RunResult:
-    """Runs one backfill (see the module docstring); returns its run id and ledger."""
+    """Runs one backfill (see the module docstring); returns its run id and ledger.
+    PipelineBusy (before anything is read or written) while another run holds the pipeline."""
     spec = get(pipeline)
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
     interval = _interval(batch_interval) if replay else None
-    now_ms = parse_time(now, "--now") if now is not None else int(time.time() * 1000)
+    now_ms = parse_time(now, "--now") if now is not None else None
     say = progress or (lambda _m: None)
     args = {"start": format_instant(span.start), "end": format_instant(span.end), "replay": replay}
     if replay:
         args["batch_interval"] = batch_interval
-    run = start_run(spark, spec.name, "replay" if replay else "backfill", args, now_ms)
-    if run.resumed:
-        say(f"resuming unfinished run {run.run_id} (processing time {format_instant(run.now)})")
-    hold = hold_for_backfill(spark, spec, run.run_id)  # PipelineBusy while a micro-batch holds it
-    if hold is not None:
-        say(f"holding pipeline {spec.name} (live batch {hold.batch}): micro-batches wait until this run finishes")
-    planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
-    if replay:
-        ledger = replay_range(spark, spec, span, interval, run, say)  # type: ignore[arg-type]
     else:
-        ledger = _batch(spark, spec, span, run, fast, say, None if hold is None else hold.watermarks, planned)
-    if hold is not None:
-        release_backfill(spark, spec, hold, ledger)
-    result = finish_run(spark, run, ledger)
+        _check_first_stage(spec)
+    hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
+    run = hold.run
+    if not run.resumed:
+        say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
+            f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
+            "micro-batches and other backfills wait until it finishes")
+    planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
+    try:
+        if replay:
+            ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
+        else:
+            ledger = _batch(spark, spec, span, hold, fast, say, planned)
+        check_hold(spark, spec, hold)
+        result = finish_run(spark, run, ledger)
+        crash_point("backfill-finished")
+    except BaseException as exc:
+        _record_failure(spark, run, exc)
+        raise
     if planned:  # a finished run is never resumed: its plans have served
         say(f"run {run.run_id} finished; dropping its plans of corrections")
     for stage in planned:
         forget_plans(spark, stage, [run.run_id])
+    release(spark, spec, hold.record, ledger)  # last: until here, a re-run resumes this run
     return result
+
+
+def _record_failure(spark, run: Run, exc: BaseException) -> None:
+    """The run's `failed` row with a one-line reason; the hold stays, so the same command
+    resumes the run (or `--abandon` undoes it). Best effort: the error itself is raised."""
+    try:
+        fail_run(spark, run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
+    except Exception:  # noqa: BLE001 - the original error matters more than its record
+        pass
+
+
+def _check_first_stage(spec: PipelineSpec) -> None:
+    first = spec.stages[0]
+    wfn = first.strategy.window_fn
+    if isinstance(wfn, GlobalWindows) or wfn.reach is None:
+        what = "one global window, which no event-time range owns" if isinstance(wfn, GlobalWindows) else (
+            f"windows of unknown reach ({wfn.describe()} declares no `reach`)")
+        raise DataflowError(
+            f"pipeline {spec.name!r}: stage {first.output!r} has {what}; backfill needs interval windows of known "
+            "reach in the first stage"
+        )
 
 
 def _interval(text: str) -> int:
@@ -102,40 +136,33 @@ def _interval(text: str) -> int:
 # --- batch --------------------------------------------------------------------------
 
 
-def _batch(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None,
+def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
            planned_stages: list[StageSpec]) -> Ledger:
-    """Every window of the range recomputed and corrected, stage by stage; `live` holds the
-    stages' live watermarks when micro-batches run the pipeline. The stages that got a plan
-    of corrections are added to `planned_stages`. A resumed run whose plan names a version
-    of the input that is gone fails with one line."""
-    first = spec.stages[0]
-    wfn = first.strategy.window_fn
-    if isinstance(wfn, GlobalWindows):
-        raise DataflowError(
-            f"pipeline {spec.name!r}: stage {first.output!r} has one global window, which no "
-            "event-time range owns; backfill needs interval windows in the first stage"
-        )
-    version, planned = _input_version(spark, spec, first, run)
+    """Every window of the range recomputed and corrected, stage by stage, from the input as
+    of the version the hold pinned. The stages that got a plan of corrections are added to
+    `planned_stages`. A resumed run whose input version is gone fails with one line."""
+    run, version = hold.run, hold.input_version
     try:
-        return _corrected(spark, spec, span, run, fast, say, live, planned_stages, version)
+        return _corrected(spark, spec, span, hold, fast, say, planned_stages, version)
     except Exception as exc:
-        cause = gone_cause(exc) if planned else None
+        cause = gone_cause(exc) if run.resumed else None
         if cause is None:
             raise
         raise DataflowError(
-            f"backfill run {run.run_id} of {spec.name!r} cannot resume: it planned stage {first.output!r} from "
-            f"version {version} of {spec.input_table}, which can no longer be read (vacuumed, or the log cleaned: "
-            f"{cause}); what it wrote before it stopped stays. To start it afresh, move away the tables it was "
-            f"writing ({first.output}, {first.output}_panes, {first.output}__corrections, {spec.name}__seen_ids) "
-            "and run it again"
+            f"backfill run {run.run_id} of {spec.name!r} cannot resume: it reads version {version} of "
+            f"{spec.input_table}, which can no longer be read (vacuumed, or the log cleaned: {cause}). Abandon it "
+            f"(`dataflow backfill --pipeline {spec.name} --abandon {run.run_id}`: its writes are undone) and run "
+            "the backfill again"
         ) from None
 
 
-def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say, live: dict | None,
+def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
                planned: list[StageSpec], version: int) -> Ledger:
     """`_batch` on the input as of `version`."""
     from pyspark.sql import functions as F
 
+    run = hold.run
+    live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
     first = spec.stages[0]
     wfn = first.strategy.window_fn
     ledger = Ledger()
@@ -149,22 +176,25 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say,
             els = cached = range_elements(spark, spec, read_span, version)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
-        if not isinstance(wfn, Sessions):
+        if not wfn.is_merging:
             break
-        finals = persist_uncompressed(finals)  # read twice: whether a session reaches the edge, then corrected
-        if not _touches_edge(finals, read_span, wfn.gap, span):
+        finals = persist_uncompressed(finals)  # read twice: whether a window reaches the edge, then corrected
+        if not _touches_edge(finals, read_span, wfn.reach, span):
             break
-        say(f"a session reaches the edge of the rows read; widening the read by {2 * max(before, after) // 60000} min")
+        say(f"a merged window reaches the edge of the rows read; widening the read by "
+            f"{2 * max(before, after) // 60000} min")
         finals.unpersist()
         cached.unpersist()
-        before, after = 2 * max(before, wfn.gap), 2 * max(after, wfn.gap)
+        before, after = 2 * max(before, wfn.reach), 2 * max(after, wfn.reach)
     else:
-        raise DataflowError(f"sessions of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
+        raise DataflowError(
+            f"windows of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
     if attempt:  # the widened read's elements may settle which delivery of an event counts
         ledger.accepted = els.where((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).count()
         ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
+    check_hold(spark, spec, hold)
     if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
                      input_version=version):
         planned.append(first)
@@ -176,34 +206,24 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, run: Run, fast, say,
             continue
         mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
+        check_hold(spark, spec, hold)
         if correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None, live_watermarks=live):
             planned.append(stage)
         mapped.unpersist()
     return ledger
 
 
-def _input_version(spark, spec: PipelineSpec, first: StageSpec, run: Run) -> tuple[int, bool]:
-    """The version of the input the run reads (one snapshot for all its reads): the latest,
-    or, resuming a run that planned to recompute its first stage from the input, the version
-    that plan names (`sinks.corrections_plan`); and whether it is that planned one."""
-    if run.resumed:
-        plan = read_plan(spark, first, run.run_id)
-        if plan is not None and plan.input_version is not None:
-            return plan.input_version, True
-    return table_version(spark, spec.input_table), False
-
-
-def _margins(wfn) -> tuple[int, int]:
-    """How far before and after the range to read so its windows are complete."""
-    if isinstance(wfn, (FixedWindows, SlidingWindows)):
-        return 0, wfn.size
-    if isinstance(wfn, Sessions):
-        return 4 * wfn.gap, 4 * wfn.gap
-    return 0, 0
+def _margins(wfn: WindowFn) -> tuple[int, int]:
+    """How far before and after the range to read so its windows are complete, from how far
+    a window reaches (`WindowFn.reach`): a window starting in the range ends within its
+    reach after the range; merged windows may reach either way, so the read starts wider and
+    is widened while one reaches its edge."""
+    reach = wfn.reach or 0
+    return (4 * reach, 4 * reach) if wfn.is_merging else (0, reach)
 
 
 def _touches_edge(finals: "DataFrame", read: EventRange, gap: int, span: EventRange) -> bool:
-    """A session near the edge of what was read may continue beyond it."""
+    """A merged window within its reach of the edge of what was read may continue beyond it."""
     from pyspark.sql import functions as F
 
     near = (F.col("window_start") < read.start + gap) | (F.col("window_end") > read.end - gap)

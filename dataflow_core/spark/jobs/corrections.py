@@ -102,7 +102,8 @@ def correct_stage(
                     txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-panes")
         if stage.keeps_results:
-            write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True)
+            write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
+                          txn=(f"dataflow:{spec.name}:{stage.output}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-results")
         if live:
             write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
@@ -111,6 +112,7 @@ def correct_stage(
         if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
             every = owned if plan.every_window else None
             _mark_seen(spark, spec, stage, out, elements, run.run_id, every)
+            crash_point(f"{stage.output}-corrected-seen")
     for df in kept:
         df.unpersist()
     outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}

@@ -51,7 +51,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, ContextManager, Iterator
 
-from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
+from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy, is_concurrent
 from dataflow_core.model.time import Instant, format_instant, format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.options import parse_time
@@ -59,6 +59,7 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, carried_hold_spans, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
 from dataflow_core.spark.execute.take_over import taken_over_states
+from dataflow_core.spark.input.going_live import FirstRead, source_options
 from dataflow_core.spark.input.rows import elements, quarantined, read_counts, tag_rows
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import CRASH_ENV, crash_point
@@ -71,6 +72,8 @@ from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
     refuse_if_backfill_holds,
 )
+from dataflow_core.spark.sinks.holds import release_if_finished
+from dataflow_core.spark.sinks.lease import Lease
 from dataflow_core.spark.sinks.live_state import due, next_wake, read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.quarantine import write_quarantine
@@ -94,15 +97,17 @@ def run_microbatch(
     pipeline: str,
     now: str | dt.datetime | None = None,
     progress: Callable[[str], None] | None = None,
+    first_read: FirstRead | None = None,
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none and something is due). Raises PipelineBusy when another run
-    holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
+    holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`).
+    `first_read`: how the stream reads while it has no checkpoint (`input.going_live`)."""
     with _holding(spark, MICRO_BATCH_SQL):
-        return _microbatch(spark, pipeline, now, progress)
+        return _microbatch(spark, pipeline, now, progress, first_read)
 
 
-def _microbatch(spark, pipeline: str, now, progress) -> RunResult:
+def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None) -> RunResult:
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
@@ -115,7 +120,7 @@ def _microbatch(spark, pipeline: str, now, progress) -> RunResult:
     token = uuid.uuid4().hex
     done: list[tuple[BatchRecord, Ledger]] = []
     _finish_tick(spark, spec, now_ms, say, token, done.append)
-    stream = _Stream(spark, spec, say, token, lambda: now_ms, done.append)
+    stream = _Stream(spark, spec, say, token, lambda: now_ms, done.append, first_read)
     stream.finish(stream.start({"availableNow": True}))
     if not stream.batches:
         tick = _process(spark, spec, None, None, now_ms, say, token, stream.id)
@@ -136,6 +141,7 @@ def run_loop(
     progress: Callable[[str], None] | None = None,
     on_result: Callable[[RunResult], None] | None = None,
     stop: threading.Event | None = None,
+    first_read: FirstRead | None = None,
 ) -> None:
     """`--loop`: one streaming query with a processing-time trigger every `every_s` seconds,
     so a batch pays no query start-up; each of its batches, and a tick whenever an interval
@@ -144,10 +150,10 @@ def run_loop(
     Ctrl-C), letting the batch under way finish; while another run holds the pipeline it
     waits and tries again. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
     with _holding(spark, MICRO_BATCH_SQL):
-        _loop(spark, pipeline, every_s, progress, on_result, stop)
+        _loop(spark, pipeline, every_s, progress, on_result, stop, first_read)
 
 
-def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop) -> None:
+def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first_read=None) -> None:
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)
@@ -161,11 +167,17 @@ def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop) -> No
     def handle(done: tuple[BatchRecord, Ledger]) -> None:
         report(_result(spec, [done]))
 
+    with Lease(spark, spec.name):  # `dataflow reset` refuses while the loop runs
+        _loop_batches(spark, spec, every_s, say, handle, stop, clock, first_read)
+
+
+def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, clock, first_read) -> None:
+    """`_loop`'s batches, until `stop` is set."""
     while not stop.is_set():
         token = uuid.uuid4().hex
         try:
             _finish_tick(spark, spec, clock(), say, token, handle)
-            stream = _Stream(spark, spec, say, token, clock, handle)
+            stream = _Stream(spark, spec, say, token, clock, handle, first_read)
             query = stream.start({"processingTime": f"{round(every_s * 1000)} milliseconds"})
             try:
                 seen = 0
@@ -190,6 +202,8 @@ def _finish_tick(spark, spec: PipelineSpec, now_ms: Instant, say, token: str, do
     """Before reading input: refuse while a backfill holds the pipeline, complete a tick
     batch that did not finish, and make sure the input table exists."""
     pending = records(spark, spec)
+    if pending and release_if_finished(spark, spec, pending[0]):
+        pending = records(spark, spec)
     refuse_if_backfill_holds(spec, pending[0] if pending else None)
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
@@ -225,8 +239,10 @@ class _Stream:
     checkpoint refuses a second concurrent query: that run is PipelineBusy. `lock` keeps a
     stream batch and a tick of the loop from running at once."""
 
-    def __init__(self, spark, spec: PipelineSpec, say, token: str, clock: Callable[[], Instant], done: Callable):
+    def __init__(self, spark, spec: PipelineSpec, say, token: str, clock: Callable[[], Instant], done: Callable,
+                 first_read: FirstRead | None = None):
         self.spark, self.spec, self.say, self.token, self.clock, self.done = spark, spec, say, token, clock, done
+        self.first_read = first_read
         self.batches = 0
         self.id: str | None = None
         self.failures: list[BaseException] = []
@@ -248,7 +264,7 @@ class _Stream:
             try:
                 result = _process(self.spark, self.spec, df, stream_batch, self.clock(), self.say, self.token, self.id)
             except BaseException as exc:  # re-raised by `finish` as itself, not as a stream error
-                if _concurrent(exc) and not isinstance(exc, PipelineBusy):
+                if is_concurrent(exc) and not isinstance(exc, PipelineBusy):
                     exc = PipelineBusy(
                         f"pipeline {self.spec.name!r}: another run committed to the same table at the same moment "
                         f"({type(exc).__name__}); this run stopped, and what it had committed is exactly what "
@@ -261,9 +277,10 @@ class _Stream:
 
     def start(self, trigger: dict[str, Any]):
         """The query, started with this trigger (`availableNow` or `processingTime`)."""
+        options = source_options(self.spark, self.checkpoint, self.spec.input_table, self.first_read, self.say)
         try:
             query = (
-                self.spark.readStream.format("delta").option("ignoreChanges", "true")
+                self.spark.readStream.format("delta").option("ignoreChanges", "true").options(**options)
                 .load(table_path(self.spark, self.spec.input_table))
                 .writeStream.foreachBatch(self.each)
                 .option("checkpointLocation", self.checkpoint)
@@ -271,7 +288,7 @@ class _Stream:
                 .start()
             )
         except Exception as exc:  # two runs creating the same checkpoint at once
-            if _concurrent(exc):
+            if is_concurrent(exc):
                 raise self.busy from None
             raise
         self.id = str(query.id)
@@ -294,20 +311,10 @@ class _Stream:
             failures = [f for f in self.failures if not isinstance(f, _Halted)]
             if failures:
                 raise failures[0] from None
-            if _concurrent(exc):
+            if is_concurrent(exc):
                 raise self.busy from None
             if not self.halting:
                 raise
-
-
-def _concurrent(exc: BaseException) -> bool:
-    """An error that says another run wrote first: to the stream checkpoint (offsets,
-    commits, its metadata) or to a Delta table (a conflicting commit)."""
-    text = f"{type(exc).__name__}: {exc}"
-    return any(m in text for m in (
-        "Concurrent update", "Multiple streaming", "ConcurrentModification", "concurrently using",  # the stream
-        "ConcurrentAppend", "ConcurrentTransaction", "ConcurrentWrite", "ConcurrentDelete", "DELTA_CONCURRENT",  # Delta
-    ))
 
 
 def _begin(
@@ -319,7 +326,8 @@ def _begin(
     nothing due (`_idle_tick`)."""
     log = read_log(spark, spec)  # one read of dataflow_batches for the records and the stream
     known = log.records
-    last_finished = next((r for r in known if r["status"] == "finished"), None)
+    # a backfill's hold of a pipeline not yet live carries no live clock: not a batch to follow
+    last_finished = next((r for r in known if r["status"] == "finished"), None) if log.ran_live else None
     latest = known[0] if known else None
     refuse_if_backfill_holds(spec, latest)
     if stream_batch is not None:

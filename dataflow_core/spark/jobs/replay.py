@@ -31,11 +31,13 @@ if TYPE_CHECKING:
 
 
 def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, interval: int, run: Run,
-                 say: Callable[[str], None]) -> Ledger:
+                 say: Callable[[str], None], version: int | None = None) -> Ledger:
+    """The range's input (as of `version`, the one the run's hold pinned) replayed in
+    arrival order; returns the ledger."""
     from pyspark.sql import functions as F
 
     ledger = Ledger()
-    els, cached = read_range(spark, spec, span, span, run, ledger, say)
+    els, cached = read_range(spark, spec, span, span, run, ledger, say, version)
     unique = ledger.accepted
     if not unique:
         say("no accepted rows in the range; nothing to replay")
@@ -97,7 +99,7 @@ def _write_history(spark, stage: StageSpec, out: "DataFrame", run: Run, ledger: 
     counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r")).first()
     written = write_panes(spark, stage, panes, run.run_id)
     if stage.keeps_results:
-        write_results(spark, stage, panes, run.run_id)
+        write_results(spark, stage, panes, run.run_id, txn=(f"dataflow:{run.pipeline}:{stage.output}:{run.run_id}", 0))
     p, r = int(counts["p"]), int(counts["r"])
     ledger.per_stage[stage.output] = {"panes": p, "retractions": r, "corrected_windows": 0}
     ledger.panes += p

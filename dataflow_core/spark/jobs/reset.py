@@ -17,6 +17,7 @@ from dataflow_core.pipelines import get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
 from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
+from dataflow_core.spark.sinks.lease import fresh_lease
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.seen_ids import seen_table
@@ -34,6 +35,12 @@ def reset_pipeline(
     number (`abandon`: it fails on every retry and cannot be skipped; no run of it may be going)."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
+    lease = fresh_lease(spark, spec.name)
+    if lease is not None:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r} is running as a loop (`dataflow microbatch --loop`, pid {lease['pid']} on "
+            f"{lease['host']}, heartbeat {lease['age']:.0f} s ago); stop it first; reset refused, nothing deleted"
+        )
     known = records(spark, spec)
     abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
     if known and known[0]["status"] == "started" and not abandoned:

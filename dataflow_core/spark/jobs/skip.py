@@ -12,8 +12,8 @@ quarantined. Each of its writes is idempotent per batch, so a skip interrupted a
 finished by the next run like any batch.
 
 Only a batch that wrote none of its stages' output can be skipped whole: the failed attempts
-may have quarantined rows and remembered ids (the skip forgets those ids again: the rows are
-not counted), but a batch that committed a stage's panes or state before failing has half
+may have quarantined rows and remembered ids (the skip remembers the ids of all its rows: a
+file rewritten later delivers them again as duplicates, never counted), but a batch that committed a stage's panes or state before failing has half
 happened: `dataflow reset --abandon-batch N` starts the live runs afresh past it.
 """
 
@@ -29,13 +29,13 @@ from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    MICROBATCH, RESET, SKIP, BatchRecord, append_record, fence, holder_of, records,
+    MICROBATCH, RESET, SKIP, BatchRecord, append_record, holder_of, records,
 )
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger
-from dataflow_core.spark.sinks.seen_ids import seen_table
+from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -104,8 +104,8 @@ def skip_batch(
     txn: Callable[[str], Txn], say: Callable[[str], None],
 ) -> Ledger:
     """Attempt `rec` at a batch the operator skips (see the module docstring): its rows go
-    to the quarantine with the reason, ids a failed attempt remembered are forgotten, the
-    watermarks and estimator stay those of `prev`. Returns the batch's ledger."""
+    to the quarantine with the reason and their ids join the seen ids (so no redelivery counts
+    them), the watermarks and estimator stay those of `prev`. Returns the batch's ledger."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
@@ -119,13 +119,12 @@ def skip_batch(
         ledger.read = ledger.quarantined = bad.count()
         if ledger.read:
             write_quarantine(spark, spec, bad, f"batch-{rec.batch}", txn("quarantine-skip"))
+            # Skipped stays skipped: a rewrite of a file holding these rows delivers them again,
+            # and they are duplicates then (the ids a failed attempt remembered stay too).
+            ids = bad.select(F.expr(spec.event_id).cast("string").alias("event_id"),
+                             F.unix_millis(F.expr(spec.event_time)).alias("event_ms")).where("event_id IS NOT NULL")
+            remember_ids(spark, spec, ids, rec.batch, txn(f"{seen_table(spec)}-skip"))
         bad.unpersist()
-    seen = seen_table(spec)
-    if table_exists(spark, seen):
-        fence(spark, spec, rec)
-        ids = DeltaTable.forPath(spark, table_path(spark, seen))
-        if ids.toDF().where(F.col("batch") == F.lit(rec.batch)).limit(1).count():
-            ids.delete(F.col("batch") == F.lit(rec.batch))
     rec.watermarks = json.loads(prev["watermarks"]) if prev else {}
     rec.estimator = prev.get("estimator_state") if prev else None
     say(f"batch {rec.batch} skipped by the operator: {ledger.read:,} rows quarantined in {quarantine_table(spec)} "

@@ -65,6 +65,20 @@ def append_rows(
     register_table(spark, name)
 
 
+def create_table(spark: "SparkSession", name: str, schema: str) -> None:
+    """Make table `name` empty with this schema unless it exists. Two processes making it at
+    once both go on: Delta commits version 0 once, and the other finds the table made
+    (instead of a raw `ProtocolChangedException` when both first append to it)."""
+    if table_exists(spark, name):
+        return
+    try:
+        spark.createDataFrame([], schema).write.format("delta").mode("append").save(table_path(spark, name))
+    except Exception:
+        if not table_exists(spark, name):
+            raise
+    register_table(spark, name)
+
+
 UNREADABLE = ("DELTA_VERSION_NOT_FOUND", "VersionNotFound", "Cannot time travel", "FileNotFoundException",
               "FILE_NOT_EXIST", "DELTA_FILE_NOT_FOUND", "DELTA_LOG_FILE_NOT_FOUND")
 """What Spark and Delta say when a version or a data file of a table is gone (log cleaned, VACUUM)."""

@@ -107,6 +107,13 @@ def register_table(spark: "SparkSession", name: str) -> None:
     spark.conf.set(registered_key, path)
 
 
+def path_exists(spark: "SparkSession", path: str) -> bool:
+    """Whether a file or folder of the warehouse exists (Hadoop's FileSystem: local paths and
+    object stores alike)."""
+    where = jvm_class(spark, "org.apache.hadoop.fs.Path")(path)
+    return bool(where.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()).exists(where))
+
+
 def drop_path(spark: "SparkSession", path: str) -> bool:
     """Delete a folder of the warehouse (a table or a stream checkpoint) with Hadoop's
     FileSystem (local paths and object stores alike); True if there was one."""

@@ -61,6 +61,7 @@ class BatchRecord:
     estimator: Any = None  # the watermark estimator after the batch (or its state, as JSON text)
     holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
     skip: str | None = None  # the operator's reason when this batch is skipped (its rows quarantined)
+    note: str | None = None  # a hold's run (`sinks.holds`, JSON), kept in `reason` as a skip's reason is
     fenced_at: int = -1  # dataflow_batches' version when `fence` last found no later attempt (not stored)
 
 
@@ -88,27 +89,33 @@ class BatchLog:
 
     records: list[dict]
     committed: tuple[int | None, str | None, int | None]
+    ran_live: bool = False
+    """Whether a micro-batch finished since the last reset: until then the pipeline is not
+    live, whatever backfills held it, and its first micro-batch takes their windows over."""
 
 
 @dataclass(frozen=True)
 class _LogRows:
     """What a BatchLog is folded from: the pipeline's rows that can matter (those of its
     last two batches and of its last finished stream batch) and marks over all its rows:
-    the greatest batch, the last reset and the last finished stream batch."""
+    the greatest batch, the last reset, the last finished stream batch and the last batch a
+    micro-batch finished."""
 
     rows: tuple[dict, ...]
     top: int | None
     reset: int | None
     streamed: int | None
+    live: int | None = None
 
     def plus(self, row: dict) -> "_LogRows":
         """These rows after `row` is appended (the marks moved, rows that no longer matter left out)."""
         top = _greatest(self.top, row["batch"])
         reset = _greatest(self.reset, row["batch"] if row["status"] == RESET else None)
         streamed = _greatest(self.streamed, row["batch"] if _is_streamed(row) else None)
+        live = _greatest(self.live, row["batch"] if _is_live(row) else None)
         kept = tuple(r for r in (*self.rows, row)
                      if r["batch"] >= top - 1 or (_is_streamed(r) and r["batch"] == streamed))
-        return _LogRows(kept, top, reset, streamed)
+        return _LogRows(kept, top, reset, streamed, live)
 
     def log(self) -> BatchLog:
         recent = sorted((r for r in self.rows if self.top is not None and r["batch"] >= self.top - 1),
@@ -124,7 +131,8 @@ class _LogRows:
         last = next((r for r in self.rows if _is_streamed(r) and r["batch"] == self.streamed
                      and (self.reset is None or r["batch"] > self.reset)), None)
         committed = (None, None, None) if last is None else (last["stream_batch"], last["stream_id"], last["batch"])
-        return BatchLog(copy.deepcopy(out), committed)
+        ran_live = self.live is not None and (self.reset is None or self.live > self.reset)
+        return BatchLog(copy.deepcopy(out), committed, ran_live)
 
 
 def _greatest(a: int | None, b: int | None) -> int | None:
@@ -133,6 +141,10 @@ def _greatest(a: int | None, b: int | None) -> int | None:
 
 def _is_streamed(row: dict) -> bool:
     return row["status"] == "finished" and row["stream_batch"] is not None
+
+
+def _is_live(row: dict) -> bool:
+    return row["status"] == "finished" and (row.get("holder") or MICROBATCH) == MICROBATCH
 
 
 LOG_COLUMNS = ("pipeline", "batch", "stream_batch", "now_ms", "status", "versions", "watermarks", "estimator_state",
@@ -167,13 +179,16 @@ def read_log(spark, spec: PipelineSpec) -> BatchLog:
     present = [F.col(c) if c in batches.columns else F.lit(None).alias(c) for c in LOG_COLUMNS]
     rows = batches.select(*present).withColumn("attempt", F.coalesce(F.col("attempt").cast("int"), F.lit(0)))
     streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
+    live = (F.col("status") == "finished") & F.coalesce(F.col("holder") == MICROBATCH, F.lit(True))
     whole = Window.partitionBy("pipeline")  # the marks over all its rows, in the same scan: one job, not four
     found = rows.select(
         "*", F.max("batch").over(whole).alias("_top"),
         F.max(F.when(F.col("status") == RESET, F.col("batch"))).over(whole).alias("_reset"),
         F.max(F.when(streamed, F.col("batch"))).over(whole).alias("_streamed"),
+        F.max(F.when(live, F.col("batch"))).over(whole).alias("_live"),
     ).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
-    marks = (found[0]["_top"], found[0]["_reset"], found[0]["_streamed"]) if found else (None, None, None)
+    marks = ((found[0]["_top"], found[0]["_reset"], found[0]["_streamed"], found[0]["_live"]) if found
+             else (None, None, None, None))
     kept = _LogRows(tuple({c: r[c] for c in LOG_COLUMNS} for r in found), *marks)
     _read_logs[(path, spec.name)] = (identity, kept)
     return kept.log()
@@ -230,7 +245,7 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         status, dt.datetime.now(dt.timezone.utc), json.dumps(rec.versions), json.dumps(rec.watermarks),
         rec.estimator if isinstance(rec.estimator, str) or rec.estimator is None else json.dumps(rec.estimator.to_state()),
         json.dumps(ledger.as_dict()) if ledger else None, rec.attempt, rec.token, rec.stream_id, rec.holder,
-        rec.skip,
+        rec.skip if rec.skip is not None else rec.note,
     )
     key = _key(spec, rec, status)
     append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), key, note=rec.token)
@@ -334,48 +349,8 @@ def refuse_if_backfill_holds(spec: PipelineSpec, latest: dict | None) -> None:
     """A micro-batch does not start while a backfill holds the pipeline."""
     if latest and latest["status"] == "started" and holder_of(latest) != MICROBATCH:
         raise PipelineBusy(
-            f"pipeline {spec.name!r} is held by {holder_of(latest)} (batch {latest['batch']}), which corrects "
-            "its live state; this micro-batch stopped without writing and runs once the backfill has finished "
-            "(a backfill that failed finishes when run again with the same arguments)"
+            f"pipeline {spec.name!r} is held by {holder_of(latest)} (batch {latest['batch']}), which is writing "
+            "its tables; this micro-batch stopped without writing and runs once the backfill has finished "
+            "(a backfill that failed finishes when run again with the same arguments, or is undone by "
+            f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`)"
         )
-
-
-def hold_for_backfill(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> BatchRecord | None:
-    """Take the pipeline's next batch number for backfill `run_id`, so that no micro-batch
-    runs until it has finished (None when the pipeline never ran live: nothing to fence).
-
-    Refused (PipelineBusy) while a micro-batch or another backfill holds it; a re-run of the
-    same backfill (the same run id, resumed) takes its own hold back. The hold keeps the live
-    processing time, watermarks and estimator as the last batch left them."""
-    known = records(spark, spec)
-    if not any(r["status"] != RESET for r in known):
-        return None  # never ran live (or not since a reset)
-    holder = f"backfill {run_id}"
-    latest = known[0]
-    last = next((r for r in known if r["status"] == "finished"), None)
-    if latest["status"] == "started":
-        if holder_of(latest) != holder:
-            what = "a micro-batch" if holder_of(latest) == MICROBATCH else holder_of(latest)
-            raise PipelineBusy(
-                f"pipeline {spec.name!r}: {what} holds it (batch {latest['batch']} has not finished: running, "
-                "or crashed and completed by its next run); this backfill stopped before reading, try again later"
-            )
-        return _record(latest["batch"], last, holder)
-    rec = _record(next_batch(known), last, holder)
-    claim(spark, spec, rec)
-    return rec
-
-
-def _record(batch: int, last: dict | None, holder: str) -> BatchRecord:
-    """The hold's record for `batch`, with the live clock, watermarks and estimator of the
-    last finished batch."""
-    return BatchRecord(
-        batch=batch, stream_batch=None, now=last["now_ms"] if last else 0, versions={}, attempt=0,
-        token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
-        estimator=last.get("estimator_state") if last else None, holder=holder,
-    )
-
-
-def release_backfill(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger) -> None:
-    """The backfill is done: its batch finishes, leaving the live clock where it was."""
-    append_record(spark, spec, rec, "finished", ledger)

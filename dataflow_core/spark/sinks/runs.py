@@ -1,9 +1,10 @@
 """Runs and their ledgers, recorded in Delta so that any reader can audit them.
 
 `dataflow_runs` is append-only: a `started` row when a run begins (with the processing
-time it runs at), a `finished` row with its ledger when it ends. A run that crashed and is
-started again with the same arguments resumes the same run id and processing time, so
-everything it writes gets the same deterministic ids (nothing twice).
+time it runs at), then a `finished` row with its ledger, or a `failed` row with its one-line
+reason. Every row is written under an idempotent key (run id and status), so a resumed run
+records each once. Whether a run resumes is not decided here: a backfill resumes while its
+hold on the pipeline stands (`sinks.holds`), and this table is its audit trail.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ RUNS_TABLE = "dataflow_runs"
 WATERMARKS_TABLE = "dataflow_watermarks"
 RUNS_SCHEMA = (
     "run_id string, pipeline string, command string, args string, now timestamp, "
-    "status string, recorded_at timestamp, ledger string"
+    "status string, recorded_at timestamp, ledger string, reason string"
 )
+STARTED, FINISHED, FAILED = "started", "finished", "failed"
 WATERMARKS_SCHEMA = (
     "pipeline string, stage string, run_id string, step bigint, processing_time timestamp, watermark timestamp"
 )
@@ -103,41 +105,56 @@ def _to_ts(ms: Instant) -> dt.datetime:
     return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc)
 
 
-def start_run(spark: "SparkSession", pipeline: str, command: str, args: dict[str, Any], now: Instant) -> Run:
-    """A new run, or, when the latest run with the same arguments did not finish, that one
-    (resumed as it was, whatever other runs came between)."""
-    from pyspark.sql import functions as F
+def new_run(pipeline: str, command: str, args: dict[str, Any] | str, now: Instant) -> Run:
+    """A run not yet recorded, with a fresh id."""
+    text = args if isinstance(args, str) else args_text(args)
+    return Run(f"{command}-{uuid.uuid4().hex[:12]}", pipeline, command, text, now)
 
-    args_text = json.dumps(args, sort_keys=True)
-    if table_exists(spark, RUNS_TABLE):
-        runs = read_table(spark, RUNS_TABLE).where(
-            (F.col("pipeline") == pipeline) & (F.col("command") == command)
-        )
-        rows = runs.where(F.col("args") == args_text).groupBy("run_id").agg(
-            F.min("now").alias("now"),
-            F.max(F.col("status") == "finished").alias("finished"),
-            F.max("recorded_at").alias("at"),
-        ).orderBy(F.col("at").desc()).limit(1).collect()
-        if rows and not rows[0]["finished"]:
-            now_ms = int(rows[0]["now"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
-            return Run(rows[0]["run_id"], pipeline, command, args_text, now_ms, resumed=True)
-    run = Run(f"{command}-{uuid.uuid4().hex[:12]}", pipeline, command, args_text, now)
-    _append(spark, run, "started", None)
-    return run
+
+def args_text(args: dict[str, Any]) -> str:
+    """A run's arguments as stored (and compared: a run resumes only its own arguments)."""
+    return json.dumps(args, sort_keys=True)
+
+
+def record_started(spark: "SparkSession", run: Run) -> None:
+    _append(spark, run, STARTED, None, None)
 
 
 def finish_run(spark: "SparkSession", run: Run, ledger: Ledger) -> RunResult:
-    _append(spark, run, "finished", json.dumps(ledger.as_dict(), sort_keys=True))
+    _append(spark, run, FINISHED, json.dumps(ledger.as_dict(), sort_keys=True), None)
     return RunResult(run.run_id, ledger.as_dict(), run.now)
 
 
-def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None) -> None:
+def fail_run(spark: "SparkSession", run: Run, reason: str) -> None:
+    """Record that the run stopped with this one-line reason (a resumed run may still
+    finish it: its status is its last row)."""
+    _append(spark, run, FAILED, None, reason[:1000])
+
+
+def run_status(spark: "SparkSession", run_id: str) -> str | None:
+    """The run's last recorded status (None when it has no row): `finished` wins over any
+    `failed` of an earlier attempt."""
+    from pyspark.sql import functions as F
+
+    if not table_exists(spark, RUNS_TABLE):
+        return None
+    statuses = {r["status"] for r in read_table(spark, RUNS_TABLE).where(F.col("run_id") == run_id)
+                .select("status").distinct().collect()}
+    for status in (FINISHED, FAILED, STARTED):
+        if status in statuses:
+            return status
+    return None
+
+
+def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None) -> None:
+    """One row under the key (run, status): a retried or resumed run writes it once (a
+    `failed` row per attempt would need an attempt number; one is enough to say it failed)."""
+    from dataflow_core.spark.platform.delta import append_rows
+
     row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
-           dt.datetime.now(dt.timezone.utc), ledger)
-    spark.createDataFrame([row], RUNS_SCHEMA).write.format("delta").mode("append").save(
-        table_path(spark, RUNS_TABLE)
-    )
-    register_table(spark, RUNS_TABLE)
+           dt.datetime.now(dt.timezone.utc), ledger, reason)
+    append_rows(spark, RUNS_TABLE, spark.createDataFrame([row], RUNS_SCHEMA),
+                (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0))
 
 
 def record_watermarks(

@@ -1,0 +1,260 @@
+"""A backfill's hold on its pipeline: one writer per pipeline at a time, and a run that is a
+function of the input it pinned.
+
+Every backfill (batch or replay), whether or not the pipeline ever ran live, claims the
+pipeline's next batch number in `dataflow_batches` before it reads anything (`claim`: of two
+runs claiming it at once exactly one commits; the other is busy). The claim's record is the
+run's whole identity:
+- its run id, command, arguments and processing time (`HoldNote`, in the record's `reason`);
+- the version of the input table it reads, and of every table of the pipeline as the hold
+  found them (`versions`): the run reads that input version however often it is resumed,
+  and abandoning the run restores the pipeline's tables to those versions.
+
+While the hold stands, nothing else writes the pipeline's tables (micro-batches and other
+backfills are refused), so a run killed anywhere and started again with the same arguments
+resumes the same run: same id, processing time, input version and plans, every write under
+the same idempotent key. A run whose hold no longer stands (it finished, or was abandoned)
+is never resumed: the next run with those arguments plans afresh from the input as it is
+then. The hold is released last, after the run is recorded as finished; a hold whose run
+finished but was not released yet (killed in between) is released by whoever finds it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.model.time import Instant, format_instant
+from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.platform.delta import create_table, table_version
+from dataflow_core.spark.sinks.batches import (
+    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, next_batch, read_log,
+)
+from dataflow_core.spark.sinks.corrections_plan import forget_plans, plan_table
+from dataflow_core.spark.sinks.live_state import state_table
+from dataflow_core.spark.sinks.panes import panes_table
+from dataflow_core.spark.sinks.quarantine import quarantine_table
+from dataflow_core.spark.sinks.runs import (
+    FINISHED, RUNS_SCHEMA, RUNS_TABLE, WATERMARKS_SCHEMA, WATERMARKS_TABLE, Ledger, Run, args_text, fail_run,
+    new_run, record_started, run_status,
+)
+from dataflow_core.spark.sinks.seen_ids import seen_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+BACKFILL_HOLDER = "backfill "
+"""A hold's `holder`: this prefix and the run id."""
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A run holding its pipeline: its record in `dataflow_batches` and the run."""
+
+    record: BatchRecord
+    run: Run
+
+    @property
+    def input_version(self) -> int:
+        """The version of the input table the run reads (-1: the table did not exist)."""
+        return self.record.versions.get(_input_key(self.run.pipeline), -1)
+
+
+def ensure_control_tables(spark: "SparkSession") -> None:
+    """The tables every run shares exist before any run races to create them."""
+    create_table(spark, BATCHES_TABLE, BATCHES_SCHEMA)
+    create_table(spark, RUNS_TABLE, RUNS_SCHEMA)
+    create_table(spark, WATERMARKS_TABLE, WATERMARKS_SCHEMA)
+
+
+def pipeline_tables(spec: PipelineSpec) -> list[str]:
+    """Every table a run of the pipeline writes besides the shared control tables."""
+    names = [seen_table(spec), quarantine_table(spec)]
+    for stage in spec.stages:
+        names += [stage.output, panes_table(stage), state_table(stage), plan_table(stage)]
+    return names
+
+
+def take_hold(
+    spark: "SparkSession", spec: PipelineSpec, command: str, args: dict, now: Instant | None,
+    say: Callable[[str], None] = lambda _m: None,
+) -> Hold:
+    """Hold the pipeline for a run of `command` with `args` at processing time `now` (None:
+    the clock): resume the run whose hold stands with these arguments, or claim the pipeline
+    for a new run. PipelineBusy while another run holds it. The processing time of a new
+    run is never before the last live batch's: an earlier `now` is refused, a clock behind
+    it is moved up to it."""
+    ensure_control_tables(spark)
+    text = args_text(args)
+    for _ in range(3):  # a finished run's hold, not yet released, is released and the log read again
+        log = read_log(spark, spec)
+        latest = log.records[0] if log.records else None
+        if latest is not None and latest["status"] == "started":
+            held = _standing(spark, spec, latest, command, text, say)
+            if held is None:
+                continue
+            return held
+        last = next((r for r in log.records if r["status"] == FINISHED), None)
+        run = new_run(spec.name, command, text, _processing_time(now, last))
+        rec = _hold_record(spark, spec, next_batch(log.records), last, run)
+        claim(spark, spec, rec)  # PipelineBusy when another run claimed this number first
+        record_started(spark, run)
+        return Hold(rec, run)
+    raise PipelineBusy(f"pipeline {spec.name!r}: its holds keep changing; try again")
+
+
+def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, say) -> Hold | None:
+    """The hold `latest` stands: resumed when it is this run's, released (None) when its run
+    finished, else the pipeline is busy."""
+    holder = holder_of(latest)
+    if holder == MICROBATCH:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r}: a micro-batch holds it (batch {latest['batch']} has not finished: running, or "
+            "crashed and completed by its next run); this run stopped before reading, try again later (or --wait)"
+        )
+    note = json.loads(latest["reason"] or "{}")
+    run_id = holder[len(BACKFILL_HOLDER):]
+    rec = _record_of(latest)
+    if release_if_finished(spark, spec, latest):
+        say(f"run {run_id} had finished without releasing pipeline {spec.name}; released it")
+        return None
+    if note.get("command") == command and note.get("args") == text:
+        run = Run(run_id, spec.name, command, text, int(note["now"]), resumed=True)
+        record_started(spark, run)  # a run killed between its claim and this row
+        say(f"resuming unfinished run {run_id} (processing time {format_instant(run.now)}, "
+            f"input version {rec.versions.get(_input_key(spec.name), -1)})")
+        return Hold(rec, run)
+    raise PipelineBusy(
+        f"pipeline {spec.name!r} is held by {note.get('command', 'backfill')} run {run_id} ({_describe(note)}), "
+        f"which has not finished; this run stopped before reading. Wait for it (--wait), run it again to finish it, "
+        f"or abandon it: `dataflow backfill --pipeline {spec.name} --abandon {run_id}`"
+    )
+
+
+def _describe(note: dict) -> str:
+    args = json.loads(note.get("args") or "{}")
+    return ", ".join(f"{k} {v}" for k, v in args.items() if k in ("start", "end")) or "no range"
+
+
+def _processing_time(now: Instant | None, last: dict | None) -> Instant:
+    floor = last["now_ms"] if last else None
+    if now is None:
+        clock = int(time.time() * 1000)
+        return clock if floor is None else max(clock, floor)
+    if floor is not None and now < floor:
+        raise DataflowError(
+            f"--now {format_instant(now)} is before the processing time of the pipeline's last batch "
+            f"({format_instant(floor)}); a backfill's corrections follow the panes they correct, so give a later "
+            "--now, or leave it out for the clock"
+        )
+    return now
+
+
+def _input_key(pipeline: str) -> str:
+    """The key of the input's version in a hold's `versions` (apart from the pipeline's own
+    tables, which an input table could share a name with only by mistake)."""
+    return f"input:{pipeline}"
+
+
+def _hold_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: Run) -> BatchRecord:
+    """The hold's record for `batch`: the live clock, watermarks and estimator of the last
+    finished batch (a hold changes none of them), the versions it pins and the run."""
+    versions = {name: table_version(spark, name) for name in pipeline_tables(spec)}
+    versions[_input_key(spec.name)] = table_version(spark, spec.input_table)
+    holder = BACKFILL_HOLDER + run.run_id
+    note = json.dumps({"command": run.command, "args": run.args, "now": run.now})
+    return BatchRecord(
+        batch=batch, stream_batch=None, now=last["now_ms"] if last else 0, versions=versions, attempt=0,
+        token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
+        estimator=last.get("estimator_state") if last else None, holder=holder, note=note,
+    )
+
+
+def _record_of(row: dict) -> BatchRecord:
+    return BatchRecord(
+        batch=row["batch"], stream_batch=None, now=row["now_ms"], versions=json.loads(row["versions"] or "{}"),
+        attempt=row["attempt"] or 0, token=row["run_token"], stream_id=None,
+        watermarks=json.loads(row["watermarks"] or "{}"), estimator=row.get("estimator_state"),
+        holder=holder_of(row), note=row["reason"],
+    )
+
+
+def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict) -> bool:
+    """Release the backfill hold `latest` (the pipeline's latest record) if its run finished
+    (it was stopped between recording that and releasing); True if it did."""
+    holder = holder_of(latest)
+    if latest["status"] != "started" or not holder.startswith(BACKFILL_HOLDER):
+        return False
+    run_id = holder[len(BACKFILL_HOLDER):]
+    if run_status(spark, run_id) != FINISHED:
+        return False
+    for stage in spec.stages:  # a finished run is never resumed: its plans have served
+        forget_plans(spark, stage, [run_id])
+    release(spark, spec, _record_of(latest), None)
+    return True
+
+
+def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
+    """Stop a run whose hold no longer stands (an operator abandoned it) before it writes
+    again: its tables were restored, and what it would write next belongs to no history."""
+    if table_version(spark, BATCHES_TABLE) == hold.record.fenced_at:
+        return
+    latest = (read_log(spark, spec).records or [None])[0]
+    if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r}: run {hold.run.run_id} no longer holds it (abandoned); it stopped writing"
+        )
+    hold.record.fenced_at = table_version(spark, BATCHES_TABLE)
+
+
+def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger | None) -> None:
+    """The run is done (recorded finished or failed first): its batch finishes, leaving the
+    live clock where it was."""
+    append_record(spark, spec, rec, FINISHED, ledger)
+
+
+def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[str], None]) -> list[str]:
+    """The operator's way out of a backfill that fails on every re-run (a poison row, a key
+    too big for a worker): every table of the pipeline goes back to the version its hold
+    found (Delta's RESTORE; nothing else wrote them since), the run is recorded failed and
+    the hold released, so micro-batches carry on as if it never ran. Refused for a run that
+    does not hold the pipeline. Returns the tables restored. The run must not be going: a
+    run still going stops at its next check of the hold (`check_hold`)."""
+    from dataflow_core.pipelines import get
+
+    spec = get(pipeline)
+    ensure_control_tables(spark)
+    latest = (read_log(spark, spec).records or [None])[0]
+    if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_HOLDER + run_id:
+        what = "nothing" if not latest or latest["status"] != "started" else holder_of(latest)
+        raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not hold it ({what} does); nothing abandoned")
+    rec = _record_of(latest)
+    note = json.loads(latest["reason"] or "{}")
+    restored = [name for name in pipeline_tables(spec) if _restore(spark, name, rec.versions.get(name, -1))]
+    run = Run(run_id, spec.name, note.get("command", "backfill"), note.get("args", "{}"), int(note.get("now", 0)))
+    fail_run(spark, run, "abandoned by the operator (dataflow backfill --abandon); its writes were undone")
+    rec.note = json.dumps({**note, "abandoned": True})
+    release(spark, spec, rec, None)
+    say(f"pipeline {spec.name}: run {run_id} abandoned; restored {', '.join(restored) or 'no table'} to the versions "
+        "its hold found; micro-batches and backfills may run again")
+    return restored
+
+
+def _restore(spark: "SparkSession", name: str, version: int) -> bool:
+    """Table `name` as it was at `version` (-1: it did not exist, so it is emptied); True if
+    it had changed since."""
+    from delta.tables import DeltaTable
+
+    from dataflow_core.spark.platform.tables import table_path
+
+    if table_version(spark, name) <= version:
+        return False
+    table = DeltaTable.forPath(spark, table_path(spark, name))
+    if version < 0:
+        table.delete()
+    else:
+        table.restoreToVersion(version)
+    return True

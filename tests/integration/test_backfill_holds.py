@@ -1,0 +1,292 @@
+"""One writer per pipeline, whether or not it ever ran live (issue "Backfills that cannot go
+wrong"): backfills of overlapping ranges started at once as real `dataflow` processes, on a
+fresh warehouse and on one with output, with the first micro-batch tried while they run; a
+poison row that fails a backfill on every re-run, undone with the documented command; a
+reset beside a running `--loop`; and a run that is a function of the input it pinned, for
+any crash point and any change of the input before the re-run. Each ends with the tables
+against an independent recomputation and every pane history through `history_breaks`."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
+from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.combiners import MeanFn
+from dataflow_core.model.panes import history_breaks
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import format_instant, parse_duration
+from dataflow_core.model.triggers import AfterCount, AfterWatermark
+from dataflow_core.model.watermarks import HeuristicWatermark
+from dataflow_core.model.windows import FixedWindows
+from dataflow_core.pipelines import PipelineSpec, StageSpec, register
+from dataflow_core.spark.jobs.backfill import run_backfill
+from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
+from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
+from dataflow_core.spark.jobs.reset import reset_pipeline
+from dataflow_core.spark.platform.tables import read_table, table_exists
+from dataflow_core.spark.sinks.lease import fresh_lease
+from tests.integration.test_backfill import DAY0, M, to_rows, write_input
+from tests.integration.test_backfill_live import _delete, _tables
+from tests.integration.test_microbatch import in_warehouse
+from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
+
+REPO = Path(__file__).resolve().parents[2]
+S = 1000
+DAY = 24 * 3600 * S
+PIPELINE = "t_hold_proc"
+
+
+def _days_of_views(days: int) -> list[tuple]:
+    """VIEWS on each of `days` days from DAY0, with ids of their own."""
+    rows = []
+    for d in range(days):
+        rows += [(f"d{d}-{e}", u, a, v, t + d * DAY, i + d * DAY) for e, u, a, v, t, i in to_rows(VIEWS)]
+    return rows
+
+
+@functools.cache
+def _spec() -> PipelineSpec:
+    return _billing(PIPELINE, AccumulationMode.RETRACTING)
+
+
+def _dataflow(warehouse: Path, modules: Path, *args: str) -> subprocess.Popen:
+    """A real `dataflow` process on the pipeline `_spec` names (loaded from a module)."""
+    (modules / "hold_pipelines.py").write_text(
+        "from dataflow_core.model.accumulation import AccumulationMode\n"
+        "from tests.integration.test_one_history import _billing\n"
+        f"_billing({PIPELINE!r}, AccumulationMode.RETRACTING)\n")
+    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[1]",
+           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "hold_pipelines", "PYTHONUNBUFFERED": "1"}
+    env.pop(CRASH_ENV, None)
+    env.pop(RAISE_ENV, None)
+    return subprocess.Popen([sys.executable, "-m", "dataflow_core", *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _backfill_args(start: str, end: str, *more: str) -> list[str]:
+    return ["backfill", "--pipeline", PIPELINE, "--start", start, "--end", end, *more]
+
+
+def _assert_one_history_each(spark, spec: PipelineSpec, rows: list[tuple]) -> None:
+    """Results equal an independent recomputation, and every window's pane log is one history."""
+    stage = spec.stages[0]
+    assert _results(spark, stage) == _sums(rows)
+    for window, history in _histories(spark, stage).items():
+        assert history_breaks(history) == [], (window, history)
+
+
+def _held(spark) -> bool:
+    if not table_exists(spark, "dataflow_batches"):
+        return False
+    return bool(read_table(spark, "dataflow_batches").where(
+        f"pipeline = '{PIPELINE}' AND status = 'started'").limit(1).count())
+
+
+def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(spark, tmp_path):
+    """On a fresh warehouse, backfills of May 1-3 (waiting its turn) and May 2-4 (not
+    waiting) start at the same moment, and a first micro-batch is tried while one holds the
+    pipeline: one writer at a time (the other backfill waits or exits busy with one line, the
+    micro-batch is refused), no Java exception reaches the user. Then both again at once on the
+    warehouse with output, both waiting: the tables equal a recomputation and every window is
+    one history; the first micro-batch then goes live over them without counting anything twice."""
+    spec = _spec()
+    rows = _days_of_views(4)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        write_input(spark, spec.input_table, rows)
+        first = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-03", "--wait"))
+        second = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-02", "2024-05-04"))
+        refused = None
+        deadline = time.monotonic() + 120
+        while refused is None and time.monotonic() < deadline and (first.poll() is None or second.poll() is None):
+            if _held(spark):
+                try:
+                    run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 8 * M))
+                    refused = "ran"
+                except PipelineBusy as exc:
+                    refused = str(exc)
+            time.sleep(0.5)
+        outs = [p.communicate(timeout=600) for p in (first, second)]
+        assert first.returncode == 0, outs[0]
+        assert second.returncode in (0, BUSY_EXIT), outs[1]
+        for _, err in outs:
+            assert "\tat " not in err and "Traceback" not in err, err  # no Java or Python trace
+        if second.returncode == BUSY_EXIT:
+            lines = [ln for ln in outs[1][1].splitlines() if ln.startswith("dataflow backfill:")]
+            assert len(lines) == 1 and "busy" in lines[0] and "--wait" in lines[0], outs[1][1]
+            assert run_backfill(spark, PIPELINE, "2024-05-02", "2024-05-04").ledger_ok
+        assert refused is not None and "held by backfill" in refused, refused
+        _assert_one_history_each(spark, spec, rows)
+
+        again = [_dataflow(warehouse, tmp_path, *_backfill_args(s, e, "--wait"))
+                 for s, e in (("2024-05-01", "2024-05-03"), ("2024-05-02", "2024-05-04"))]
+        outs = [p.communicate(timeout=600) for p in again]
+        assert [p.returncode for p in again] == [0, 0], outs
+        _assert_one_history_each(spark, spec, rows)
+        runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{PIPELINE}'").collect()
+        assert {r["status"] for r in runs} <= {"started", "finished"}, [r["reason"] for r in runs]
+
+        result = run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 4 * DAY))
+        assert result.ledger_ok and result.ledger["accepted"] == 0  # every row counted by a backfill
+        _assert_one_history_each(spark, spec, rows)
+
+
+def test_a_poison_row_in_a_backfills_range_is_undone_with_the_documented_command(spark, tmp_path):
+    """A row whose value fails the pipeline's expression (ANSI cast) fails the backfill on
+    every re-run, and meanwhile micro-batches and other backfills are refused. `dataflow
+    backfill --abandon RUN_ID` (the command the refusal names) restores every table to the
+    versions its hold found and releases the pipeline; with the row removed from the input
+    the backfill then runs, and its figures are a recomputation's."""
+    from dataflow_core.cli import main
+
+    shape = _billing("t_poison_shape", AccumulationMode.RETRACTING).stages[0]
+    spec = register(PipelineSpec(
+        name="t_poison", input_table="t_poison_in", key={"ad_id": "ad_id"}, value="CAST(v AS BIGINT)",
+        quality_suite=None, partition_column=None, watermark=lambda: HeuristicWatermark(bound=M),
+        stages=(StageSpec("t_poison_b", shape.strategy, ("ad_id",), "bigint"),),
+    ))
+    rows = to_rows(VIEWS)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        write_input(spark, spec.input_table, rows)
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
+        before = _tables(spark, spec)
+        write_input(spark, spec.input_table, [("poison", "u1", "ad1", "not a number", DAY0 + 5 * M, DAY0 + 6 * M)],
+                    mode="append")
+        for _ in range(2):
+            with pytest.raises(Exception, match="not a number|CAST_INVALID_INPUT"):
+                run_backfill(spark, spec.name, "2024-05-01", "2024-05-02")
+        with pytest.raises(PipelineBusy) as busy:
+            run_microbatch(spark, spec.name)
+        with pytest.raises(PipelineBusy, match="--abandon"):
+            run_backfill(spark, spec.name, "2024-05-02", "2024-05-03")
+        run_id = str(busy.value).split("--abandon ")[1].split("`")[0]
+        failed = read_table(spark, "dataflow_runs").where(f"run_id = '{run_id}' AND status = 'failed'").collect()
+        assert failed and "CAST" in failed[0]["reason"] and "\n" not in failed[0]["reason"], failed
+        assert main(["backfill", "--pipeline", spec.name, "--abandon", run_id, "--warehouse", str(warehouse)]) == 0
+        assert _tables(spark, spec) == before
+        _delete(spark, spec.input_table, "poison")
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
+        assert _results(spark, spec.stages[0]) == _sums(rows)
+        for window, history in _histories(spark, spec.stages[0]).items():
+            assert history_breaks(history) == [], (window, history)
+
+
+def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the_live_clock(spark, tmp_path):
+    """A `--loop` holds a lease with a heartbeat: `dataflow reset` beside it is refused with
+    one line and deletes nothing; once the loop stops, its lease goes with it and reset runs.
+    A backfill whose --now is before the loop's last batch is refused before it reads."""
+    spec = _billing(f"t_lease_{time.time_ns() % 10**6}", AccumulationMode.ACCUMULATING)
+    rows = to_rows(VIEWS)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        write_input(spark, spec.input_table, rows)
+        stop, results = threading.Event(), []
+        loop = threading.Thread(target=run_loop, args=(spark, spec.name, 0.5),
+                                kwargs={"on_result": results.append, "stop": stop})
+        loop.start()
+        try:
+            deadline = time.monotonic() + 120
+            while not results and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert results and fresh_lease(spark, spec.name) is not None
+            with pytest.raises(PipelineBusy, match="running as a loop") as refused:
+                reset_pipeline(spark, spec.name)
+            assert "\n" not in str(refused.value)
+        finally:
+            stop.set()
+            loop.join(timeout=120)
+        assert not loop.is_alive() and fresh_lease(spark, spec.name) is None
+        assert table_exists(spark, f"{spec.name}__seen_ids")  # nothing deleted while the loop ran
+        with pytest.raises(DataflowError, match="before the processing time of the pipeline's last batch"):
+            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0))
+        assert reset_pipeline(spark, spec.name)
+
+
+def _mean_spec(name: str) -> PipelineSpec:
+    return register(PipelineSpec(
+        name=name, input_table=f"{name}_in", key={"ad_id": "ad_id"}, value="try_cast(v AS DOUBLE)",
+        quality_suite=None, partition_column=None, watermark=lambda: HeuristicWatermark(bound=M),
+        stages=(StageSpec(f"{name}_mean", WindowingStrategy(
+            FixedWindows(10 * M), AfterWatermark(late=AfterCount(1)), AccumulationMode.DISCARDING,
+            parse_duration("1h"), MeanFn()), ("ad_id",), "double"),),
+    ))
+
+
+def test_a_discarding_mean_stage_backfilled_twice_leaves_the_same_tables(spark, tmp_path):
+    """Discarding panes of a mean do not merge: the backfill's pane for each window is the
+    mean of the window's whole input (a recomputation's), and a second run changes no table."""
+    spec = _mean_spec("t_mean")
+    rows = to_rows(VIEWS)
+    with in_warehouse(spark, tmp_path / "wh"):
+        write_input(spark, spec.input_table, rows)
+        assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
+        once = _tables(spark, spec)
+        again = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02")
+        assert again.ledger_ok and again.ledger["panes"] == 0
+        assert _tables(spark, spec) == once
+        sums, counts = _sums(rows), _sums([(e, u, a, "1", t, i) for e, u, a, v, t, i in rows])
+        got = {(r["ad_id"], (int(r["window_start"].timestamp() * 1000) - DAY0) // (10 * M)): r["value"]
+               for r in read_table(spark, spec.stages[0].output).collect()}
+        assert got == pytest.approx({w: sums[w] / counts[w] for w in sums})
+
+
+CRASH_POINTS = ("t_law_b-planned", "t_law_b-corrected-panes", "t_law_b-corrected-results", "t_law_b-corrected-seen",
+                "backfill-finished")
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@given(point=st.sampled_from(CRASH_POINTS), deleted=st.integers(0, len(VIEWS) - 1),
+       late_at=st.integers(0, 9 * 60))
+def test_crash_and_change_law(spark, tmp_path_factory, point, deleted, late_at):
+    """For any crash point and any change of the input between the crash and the re-run (a
+    counted view deleted, a late one appended), the tables equal those of a run that never
+    crashed followed by a run over the change: the resumed run reads the version it pinned and
+    marks as seen only what it counted; the change is the next run's. (A run stopped after it
+    finished but before it released its hold is released by the next run, which plans afresh.)"""
+    os.environ[RAISE_ENV] = "1"
+    try:
+        _crash_and_change(spark, tmp_path_factory.mktemp("law"), point, deleted, late_at)
+    finally:
+        os.environ.pop(RAISE_ENV, None)
+        os.environ.pop(CRASH_ENV, None)
+
+
+def _crash_and_change(spark, root: Path, point: str, deleted: int, late_at: int) -> None:
+    rows = to_rows(VIEWS)
+    late = ("late", "u9", "ad1", "23", DAY0 + late_at * S, DAY0 + 20 * M)
+    changed = [r for r in rows if r[0] != rows[deleted][0]] + [late]
+    now1, now2 = format_instant(DAY0 + 11 * M), format_instant(DAY0 + 21 * M)
+    spec = _billing("t_law", AccumulationMode.RETRACTING)
+    left = {}
+    for side in ("crashed", "uninterrupted"):
+        with in_warehouse(spark, root / side):
+            write_input(spark, spec.input_table, rows)
+            if side == "crashed":
+                os.environ[CRASH_ENV] = point
+                with pytest.raises(SimulatedCrash):
+                    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now1)
+                os.environ.pop(CRASH_ENV)
+            else:
+                assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now1).ledger_ok
+            _delete(spark, spec.input_table, rows[deleted][0])
+            write_input(spark, spec.input_table, [late], mode="append")
+            if side == "crashed":  # the re-run resumes the input it pinned, at its own time (after its
+                # last point, it finished: this run is then the one over the change)
+                assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now2).ledger_ok
+            assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now2).ledger_ok
+            left[side] = _tables(spark, spec)
+            assert _results(spark, spec.stages[0]) == _sums(changed)
+    assert left["crashed"] == left["uninterrupted"]
