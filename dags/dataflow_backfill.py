@@ -11,6 +11,15 @@ input table exists) without Spark; `gate_input` validates the range's input rows
 Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
 day (at most "days at once" of them at a time); `gate_output` checks every stage's pane log
 and results for the windows the days touched; `summary` logs and returns the ledger.
+
+Days of one pipeline write one at a time: each day's backfill holds the pipeline
+(`sinks.holds`), and a day that finds it held is rescheduled (the waiting form, as
+`--wait` is on the command line) rather than failed. Not an Airflow pool per pipeline: the
+hold also fences micro-batches and backfills started outside this DAG, and a pool would
+need one pool made per pipeline by hand; "days at once" still bounds how many days of
+different pipelines' runs hold workers. A day that fails on every retry keeps its hold
+(a re-run resumes it); the waiting days' logs name it and the way out
+(`dataflow backfill --pipeline P --abandon RUN_ID`).
 """
 
 from __future__ import annotations

@@ -69,10 +69,10 @@ from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, sess
 from dataflow_core.spark.platform.session import COMPILED_SQL, MICRO_BATCH_SQL, unless_configured
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
+    ATTEMPTS, BATCHES_TABLE, BatchRecord, append_record, checkpoint_path, claim, fence, next_batch, read_log, records,
     refuse_if_backfill_holds,
 )
-from dataflow_core.spark.sinks.holds import release_if_finished
+from dataflow_core.spark.sinks.holds import ensure_control_tables, release_if_finished
 from dataflow_core.spark.sinks.lease import Lease
 from dataflow_core.spark.sinks.live_state import due, next_wake, read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
@@ -201,6 +201,8 @@ def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, 
 def _finish_tick(spark, spec: PipelineSpec, now_ms: Instant, say, token: str, done: Callable) -> None:
     """Before reading input: refuse while a backfill holds the pipeline, complete a tick
     batch that did not finish, and make sure the input table exists."""
+    if not table_exists(spark, BATCHES_TABLE):  # a fresh warehouse: made once, however many runs race
+        ensure_control_tables(spark)
     pending = records(spark, spec)
     if pending and release_if_finished(spark, spec, pending[0]):
         pending = records(spark, spec)

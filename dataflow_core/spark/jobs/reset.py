@@ -43,6 +43,12 @@ def reset_pipeline(
         )
     known = records(spark, spec)
     abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
+    if known and known[0]["status"] == "started" and holder_of(known[0]) != MICROBATCH:
+        raise PipelineBusy(
+            f"pipeline {spec.name!r} is held by {holder_of(known[0])}, which has not finished: run it again to finish "
+            f"it, or undo it (`dataflow backfill --pipeline {spec.name} --abandon "
+            f"{holder_of(known[0]).split(' ', 1)[-1]}`); reset refused, nothing deleted"
+        )
     if known and known[0]["status"] == "started" and not abandoned:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: batch {known[0]['batch']} has not finished (running, or crashed: "

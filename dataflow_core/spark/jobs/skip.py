@@ -63,7 +63,8 @@ def request_skip(spark: "SparkSession", pipeline: str, batch: int, reason: str =
     if holder_of(latest) != MICROBATCH:
         raise DataflowError(
             f"pipeline {spec.name!r}: batch {batch} is the hold of {holder_of(latest)}, not a micro-batch; "
-            "finish the backfill by running it again with the same arguments"
+            "finish the backfill by running it again with the same arguments, or undo it: "
+            f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`"
         )
     if latest["skip"] is not None:
         return f"pipeline {spec.name}: batch {batch} is already to be skipped ({_reason(batch, latest['skip'])})"
