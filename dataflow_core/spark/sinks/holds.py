@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.errors import DataflowError, PipelineBusy, first_line, is_concurrent
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
@@ -100,7 +100,13 @@ def take_hold(
         last = next((r for r in log.records if r["status"] == FINISHED), None)
         run = new_run(spec.name, command, text, _processing_time(now, last))
         rec = _hold_record(spark, spec, next_batch(log.records), last, run)
-        claim(spark, spec, rec)  # PipelineBusy when another run claimed this number first
+        try:
+            claim(spark, spec, rec)  # PipelineBusy when another run claimed this number first
+        except Exception as exc:
+            if isinstance(exc, PipelineBusy) or not is_concurrent(exc):
+                raise
+            raise PipelineBusy(f"pipeline {spec.name!r}: another run claimed it at the same moment "
+                               f"({first_line(exc)[:200]}); this run stopped before reading") from None
         record_started(spark, run)
         return Hold(rec, run)
     raise PipelineBusy(f"pipeline {spec.name!r}: its holds keep changing; try again")

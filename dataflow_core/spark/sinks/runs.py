@@ -147,14 +147,14 @@ def run_status(spark: "SparkSession", run_id: str) -> str | None:
 
 
 def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None) -> None:
-    """One row under the key (run, status): a retried or resumed run writes it once (a
-    `failed` row per attempt would need an attempt number; one is enough to say it failed)."""
+    """One row: `started` and `finished` under the key (run, status), so a resumed run
+    writes each once; a `failed` row per failure (each attempt's reason is worth keeping)."""
     from dataflow_core.spark.platform.delta import append_rows
 
     row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
            dt.datetime.now(dt.timezone.utc), ledger, reason)
-    append_rows(spark, RUNS_TABLE, spark.createDataFrame([row], RUNS_SCHEMA),
-                (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0))
+    key = None if status == FAILED else (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0)
+    append_rows(spark, RUNS_TABLE, spark.createDataFrame([row], RUNS_SCHEMA), key)
 
 
 def record_watermarks(
