@@ -111,7 +111,7 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
         first = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-03", "--wait"))
         second = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-02", "2024-05-04"))
         refused = None
-        deadline = time.monotonic() + 120
+        deadline = time.monotonic() + 600  # a bound only: the loop ends when both have ended
         while refused is None and time.monotonic() < deadline and (first.poll() is None or second.poll() is None):
             if _held(spark):
                 try:
@@ -201,7 +201,7 @@ def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the
                                 kwargs={"on_result": results.append, "stop": stop})
         loop.start()
         try:
-            deadline = time.monotonic() + 120
+            deadline = time.monotonic() + 600  # a bound only: the loop ends when both have ended
             while not results and time.monotonic() < deadline:
                 time.sleep(0.2)
             assert results and fresh_lease(spark, spec.name) is not None

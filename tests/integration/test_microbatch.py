@@ -346,3 +346,36 @@ def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_
     assert seen["checks"][0] == "9" and set(seen["checks"][1:]) == {"7"}, seen  # then the stage's counts
     assert seen["results"] == ["9"], seen
     assert {k: spark.conf.get(k) for k in ours} == before
+
+
+def test_going_live_over_a_history_reads_bounded_batches_or_from_the_version_given(spark, tmp_path):
+    """The first micro-batch of a pipeline with a history of appends says how it reads: in
+    batches of at most --max-bytes-per-batch (here one file each: every batch its own
+    watermark, the ledger of all of them balanced and every row read once), or, from
+    --starting-version V, only the commits from V on (the rows before are not read)."""
+    from dataflow_core.spark.input.going_live import FirstRead
+
+    rows = to_rows(VIEWS)
+    parts = [rows[:3], rows[3:6], rows[6:]]
+    for name, first in (("bounded", FirstRead(max_bytes="1b")), ("from_v1", FirstRead(starting_version=1))):
+        spec = sessions_pipeline(f"t_going_live_{name}", f"t_going_live_{name}_in")
+        with in_warehouse(spark, tmp_path / name):
+            for n, part in enumerate(parts):
+                write_input(spark, spec.input_table, part, mode="overwrite" if n == 0 else "append")
+            said: list[str] = []
+            result = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 60 * M), progress=said.append,
+                                    first_read=first)
+            assert result.ledger_ok
+            going = [m for m in said if m.startswith("going live")]
+            assert len(going) == 1, said
+            batches = read_table(spark, "dataflow_batches").where(
+                f"pipeline = '{spec.name}' AND status = 'finished' AND stream_batch IS NOT NULL").count()
+            if name == "bounded":
+                assert "oldest files first" in going[0] and batches > 1, (going, batches)
+                assert result.ledger["read"] == len(rows)
+            else:
+                assert "after version 0, in commit order" in going[0], going
+                assert result.ledger["read"] == len(rows) - len(parts[0])
+            said.clear()
+            run_microbatch(spark, spec.name, now=format_instant(DAY0 + 61 * M), progress=said.append, first_read=first)
+            assert not [m for m in said if m.startswith("going live")], "the checkpoint says where to go on"

@@ -106,7 +106,8 @@ def take_hold(
             if isinstance(exc, PipelineBusy) or not is_concurrent(exc):
                 raise
             raise PipelineBusy(f"pipeline {spec.name!r}: another run claimed it at the same moment "
-                               f"({first_line(exc)[:200]}); this run stopped before reading") from None
+                               f"({first_line(exc)[:200]}); this run stopped before reading: try again, or "
+                               "run with --wait") from None
         record_started(spark, run)
         return Hold(rec, run)
     raise PipelineBusy(f"pipeline {spec.name!r}: its holds keep changing; try again")
