@@ -73,6 +73,11 @@ class CombineFn(ABC, Generic[Acc]):
             return min(present) if self.output_merge == "min" else max(present)
         raise ValueError(f"combiner {self.name!r}: outputs of discarding panes do not merge")
 
+    def output_possible(self, output: Any) -> bool:
+        """Whether `output` is one this combiner can produce (the pane gate asks it of
+        every pane); a count's is never negative."""
+        return True
+
     def output_difference(self, total: Any, previous_total: Any) -> Any:
         """The discarding pane that follows a pane history totalling `previous_total` when
         the window's total is now `total`. A sum's is the difference; an extremum cannot be
@@ -165,6 +170,9 @@ class CountFn(CombineFn[int]):
 
     def retract_input(self, acc: int, value: Any) -> int:
         return acc - 1
+
+    def output_possible(self, output: Any) -> bool:
+        return output >= 0
 
     sql_partial = (("n", "count(1)"),)
     partial_exact_for_floats = True
@@ -295,6 +303,9 @@ class DistinctCountFn(_MultisetFn):
 
     def extract_output(self, acc: Counter) -> int:
         return len(acc)
+
+    def output_possible(self, output: Any) -> bool:
+        return output >= 0
 
 
 BUILT_IN: dict[str, Callable[[], CombineFn]] = {

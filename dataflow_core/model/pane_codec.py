@@ -21,6 +21,10 @@ PANE_FIELDS = (
 )
 """A pane's row, after its key."""
 
+EMISSION_ORDER = ("emitted_at", "pane_index", "is_retraction")
+"""The fields that order a window's pane rows as they were emitted (`panes.emission_order`):
+by emission time, then index, a pane before its own retraction."""
+
 Codec = Callable[[Any], Any]
 
 

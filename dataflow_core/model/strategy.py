@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
+from dataflow_core.model.panes import Pane
 from dataflow_core.model.time import END_OF_TIME, Duration, Instant
 from dataflow_core.model.triggers import Default, Trigger
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
@@ -69,3 +70,18 @@ class WindowingStrategy:
     def is_late(self, window: Window, watermark: Instant) -> bool:
         """Whether an element assigned to `window` now would be dropped as too late."""
         return self.gc_time(window) <= watermark
+
+    def net_panes(self, panes: "list[Pane]") -> "Pane | None":
+        """What one window's panes, in emission order, net to: its last pane, none when that
+        is a retraction. Discarding panes add up: the total carries the merge of the panes'
+        values (`CombineFn.output_merge`) and of their timestamps (`TimestampCombiner.merge`).
+        The one rule of a window's total: batch finals, results rows and the results gate
+        apply it (in Spark SQL: `spark.execute.output_merge.window_totals`)."""
+        if not panes or panes[-1].retraction:
+            return None
+        if self.accumulation is not AccumulationMode.DISCARDING:
+            return panes[-1]
+        kept = [p for p in panes if not p.retraction]
+        merge = min if self.timestamp_combiner.merge == "min" else max
+        return replace(panes[-1], value=self.combiner.merge_outputs([p.value for p in kept]),
+                       timestamp=merge(p.timestamp for p in kept))

@@ -19,7 +19,7 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.runners.keyed import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
-from dataflow_core.spark.execute.output_merge import discarding_merge, merge_aggregate
+from dataflow_core.spark.execute.output_merge import window_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -61,7 +61,6 @@ def final_values(
 
 
 def _general(elements, strategy, key_columns, value_type, now):
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if "retraction" not in elements.columns:
@@ -72,17 +71,8 @@ def _general(elements, strategy, key_columns, value_type, now):
     )
     schedule = Schedule([Step((0,), now, END_OF_TIME)], BEGINNING_OF_TIME)
     out = run_stage(arrivals, strategy, schedule, KeyCodec(tuple(key_columns)), value_type)
-    panes = out.where("kind = 'pane'")
-    window_id = [*key_columns, "window_start", "window_end"]
-    last = Window.partitionBy(*window_id).orderBy(F.col("sub").desc(), F.col("ordinal").desc())
-    merge = discarding_merge(strategy)
-    if merge is not None:
-        ts = F.expr(f"{strategy.timestamp_combiner.merge}(ts)")
-        return panes.groupBy(*window_id).agg(
-            F.expr(merge_aggregate(merge, "value")).cast(value_type).alias("value"), ts.alias("ts")
-        ).select(*key_columns, *FINAL_COLUMNS)
-    ranked = panes.withColumn("_rank", F.row_number().over(last)).where("_rank = 1")
-    return ranked.where(~F.col("is_retraction")).select(*key_columns, *FINAL_COLUMNS)
+    totals = window_totals(out.where("kind = 'pane'"), strategy, [*key_columns, "window_start", "window_end"], value_type)
+    return totals.where(~F.col("is_retraction")).select(*key_columns, *FINAL_COLUMNS)
 
 
 def _fast(elements, strategy, key_columns, value_type):
