@@ -24,9 +24,9 @@ from typing import Any, Hashable, Sequence
 
 from dataflow_core.diagram.history import ElementRecord, History, monotone_steps
 from dataflow_core.errors import DataflowError
-from dataflow_core.model.panes import Pane, PaneTiming
-from dataflow_core.model.time import Instant, format_instant
-from dataflow_core.model.windows import GLOBAL_WINDOW, IntervalWindow
+from dataflow_core.model.pane_codec import pane_from_row
+from dataflow_core.model.panes import Pane
+from dataflow_core.model.time import END_OF_TIME, Instant, format_instant
 
 WATERMARK_TABLE = "dataflow_watermarks"
 PANE_COLUMNS = (
@@ -130,6 +130,24 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _pane_of(label: Hashable, row: dict) -> Pane:
+    """A pane-log row (cells as pandas gives them) as its pane, through the pane codec."""
+    start, end = to_ms(row["window_start"]), to_ms(row["window_end"])
+    if end is not None and (start is None or end <= start):
+        raise DataflowError(f"the pane log has a window with a bad start: {row['window_start']!r}")
+    emitted = to_ms(row["emitted_at"])
+    if emitted is None:
+        raise DataflowError("the pane log has a pane without emitted_at")
+    value, on_time = _plain(row["value"]), row["on_time_index"]
+    fields = {**row, "window_start": None if end is None else start, "window_end": end,
+              "value": None if _null(value) else value, "ts": to_ms(row["timestamp"]), "emitted_at": emitted,
+              "on_time_index": None if _null(on_time) else on_time, "timing": str(row["timing"])}
+    try:
+        return pane_from_row(label, fields)
+    except ValueError:
+        raise DataflowError(f"the pane log has an unknown timing {row['timing']!r} (EARLY, ON_TIME or LATE)") from None
+
+
 def _check_columns(frame: Any, needed: Sequence[str], what: str) -> None:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
@@ -183,41 +201,10 @@ def history_from_frames(
     for row in panes.to_dict("records"):
         if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
             continue
-        start, end = to_ms(row["window_start"]), to_ms(row["window_end"])
-        if end is None:
-            window: Any = GLOBAL_WINDOW
-        else:
-            if start is None or end <= start:
-                raise DataflowError(f"the pane log has a window with a bad start: {row['window_start']!r}")
-            if end <= event_from or start >= event_to:
-                continue
-            window = IntervalWindow(start, end)
-        timing = str(row["timing"])
-        try:
-            pane_timing = PaneTiming(timing)
-        except ValueError:
-            raise DataflowError(f"the pane log has an unknown timing {timing!r} (EARLY, ON_TIME or LATE)") from None
-        emitted = to_ms(row["emitted_at"])
-        if emitted is None:
-            raise DataflowError("the pane log has a pane without emitted_at")
-        stamp = to_ms(row["timestamp"])
-        on_time = row["on_time_index"]
-        value = _plain(row["value"])
-        out.append(
-            Pane(
-                key=label,
-                window=window,
-                value=None if _null(value) else value,
-                timestamp=stamp if stamp is not None else window.max_timestamp,
-                timing=pane_timing,
-                index=int(row["pane_index"]),
-                on_time_index=None if _null(on_time) else int(on_time),
-                first=bool(row["is_first"]),
-                last=bool(row["is_last"]),
-                emitted_at=emitted,
-                retraction=bool(row["is_retraction"]),
-            )
-        )
+        pane = _pane_of(label, row)
+        if pane.window.end < END_OF_TIME and (pane.window.end <= event_from or pane.window.start >= event_to):
+            continue
+        out.append(pane)
     out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
 
     points = []

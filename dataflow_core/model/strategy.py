@@ -26,6 +26,13 @@ class TimestampCombiner(enum.Enum):
         EARLIEST, else "max" (END_OF_WINDOW panes all carry the window's end)."""
         return "min" if self is TimestampCombiner.EARLIEST else "max"
 
+    def sql_aggregate(self, event_ms: str) -> str | None:
+        """The timestamp of a window's elements aggregated at once, as a Spark SQL aggregate
+        over their times `event_ms`; None for END_OF_WINDOW (the window's max timestamp)."""
+        if self is TimestampCombiner.END_OF_WINDOW:
+            return None
+        return f"{self.merge}({event_ms})"
+
     @classmethod
     def parse(cls, text: str) -> "TimestampCombiner":
         try:
@@ -70,6 +77,15 @@ class WindowingStrategy:
     def is_late(self, window: Window, watermark: Instant) -> bool:
         """Whether an element assigned to `window` now would be dropped as too late."""
         return self.gc_time(window) <= watermark
+
+    def dropped_before(self, watermark: Instant) -> Instant | None:
+        """Elements whose event time is before this are dropped as too late at `watermark`,
+        whatever windows they are assigned to (those end at most `WindowFn.reach` after
+        it); None when the reach is unknown or the watermark at either end of time."""
+        reach = self.window_fn.reach
+        if reach is None or watermark <= -END_OF_TIME or watermark >= END_OF_TIME:
+            return None
+        return watermark - self.allowed_lateness - reach
 
     def net_panes(self, panes: "list[Pane]") -> "Pane | None":
         """What one window's panes, in emission order, net to: its last pane, none when that

@@ -92,6 +92,23 @@ class WindowFn(ABC):
         holds each form equal to `assign`."""
         return None
 
+    def sql_windows(self, event_ms: str) -> str | None:
+        """For a non-merging WindowFn that places elements by their time alone: a Spark SQL
+        expression of the array of windows an element is assigned to, each a struct
+        (`start`, `end`) as `sql_window` gives them, over the SQL expression `event_ms`.
+        By default the one window of `sql_window`; None when there is no such form."""
+        one = self.sql_window(event_ms)
+        if one is None or self.is_merging:
+            return None
+        return f"array(named_struct('start', {one[0]}, 'end', {one[1]}))"
+
+    @property
+    def sql_session_gap(self) -> Duration | None:
+        """For a merging WindowFn that opens `[t, t + gap)` per element and merges a key's
+        windows that overlap (sessions): the gap, so that a runner may compute its windows
+        with a session aggregate; None otherwise."""
+        return None
+
     def describe(self) -> str:
         return type(self).__name__ + "()"
 
@@ -159,6 +176,13 @@ class SlidingWindows(WindowFn):
             start -= self.period
         return tuple(reversed(windows))
 
+    def sql_windows(self, event_ms: str) -> str:
+        count = -(-self.size // self.period)
+        last = f"(({event_ms}) - pmod(({event_ms}) - {self.offset}L, {self.period}L))"
+        starts = f"sequence({last} - {(count - 1) * self.period}L, {last}, {self.period}L)"
+        return (f"transform(filter({starts}, s -> s + {self.size}L > ({event_ms})), "
+                f"s -> named_struct('start', s, 'end', s + {self.size}L))")
+
     @property
     def reach(self) -> Duration:
         return self.size
@@ -183,6 +207,10 @@ class Sessions(WindowFn):
 
     @property
     def reach(self) -> Duration:
+        return self.gap
+
+    @property
+    def sql_session_gap(self) -> Duration:
         return self.gap
 
     def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:

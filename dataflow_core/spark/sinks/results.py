@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.pane_codec import standing_flags
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.execute.output_merge import discarding_merge, merge_pair, window_totals
 from dataflow_core.spark.platform.delta import Txn, merge_rows
@@ -84,6 +85,7 @@ def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":
     times in ms), its value being the window's total."""
     from pyspark.sql import functions as F
 
+    first, last = standing_flags(F.col("pane_index"))
     return results.select(
         *stage.key_columns,
         F.unix_millis("window_start").alias("window_start"),
@@ -93,8 +95,8 @@ def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":
         "timing",
         "pane_index",
         "on_time_index",
-        (F.col("pane_index") == 0).alias("is_first"),
-        F.lit(False).alias("is_last"),
+        first.alias("is_first"),
+        F.lit(last).alias("is_last"),
         F.lit(False).alias("is_retraction"),
         F.unix_millis("updated_at").alias("emitted_at"),
     )
