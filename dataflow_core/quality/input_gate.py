@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.quality.outcome import REASON, GateOutcome, docs_dir_of, instant_ms, share, spec_of
-from dataflow_core.quality.rules import Rule, RuleSet, load_rules
+from dataflow_core.spark.input.expectations import Rule, RuleSet, load_rules
 from dataflow_core.quality.validate import validate_dataframe
 
 if TYPE_CHECKING:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.panes import HISTORY_RULES, PANE_RULES, RETRACTION_RULES, emission_key, pane_breaks
 from dataflow_core.quality.outcome import REASON, GateOutcome, append_rows_to, docs_dir_of
-from dataflow_core.quality.rules import RuleSet, load_rules
+from dataflow_core.spark.input.expectations import RuleSet, load_rules
 from dataflow_core.quality.validate import validate_dataframe
 from dataflow_core.spark.execute.output_merge import window_totals
 
