@@ -31,12 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from dataflow_core.pipelines import get
     from dataflow_core.options import parse_time
+    from dataflow_core.pipelines.check import preflight
+
+    preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     from dataflow_core.spark.jobs.backfill import run_backfill
     from dataflow_core.spark.sinks.runs import Ledger
 
-    get(args.pipeline)  # unknown names fail before Spark starts
     parse_time(args.start, "--start")
     parse_time(args.end, "--end")
     from dataflow_core.spark.platform.session import get_spark
