@@ -38,8 +38,10 @@ def check_pipeline(spec: PipelineSpec, schema: TableSchema) -> list[str]:
             if column not in schema.columns:
                 mistakes.append(f"{what}: no column {column} in {schema.name}{_did_you_mean(column, schema)}")
     if spec.partition_column and spec.partition_column not in schema.columns:
-        mistakes.append(f"partition_column: no column {spec.partition_column} in {schema.name}"
-                        f"{_did_you_mean(spec.partition_column, schema, 'partition_column=None')}")
+        parts = schema.partition_columns
+        fix = (f"{schema.name} is partitioned by {', '.join(parts)}: partition_column={parts[0]!r}" if parts
+               else f"{schema.name} is not partitioned: partition_column=None")
+        mistakes.append(f"partition_column: no column {spec.partition_column} in {schema.name} ({fix})")
     mistakes += _suite_mistakes(spec, schema)
     for n, stage in enumerate(spec.stages):
         mistakes += _stage_mistakes(spec, n, stage, schema)
