@@ -148,6 +148,22 @@ def _pane_of(label: Hashable, row: dict) -> Pane:
         raise DataflowError(f"the pane log has an unknown timing {row['timing']!r} (EARLY, ON_TIME or LATE)") from None
 
 
+def _panes_of(panes: Any, key: dict[str, str], label: Hashable, event_from: Instant, event_to: Instant,
+              run_id: str | None) -> list[Pane]:
+    """The key's panes (of run `run_id`) whose windows overlap [event_from, event_to), in the
+    order a diagram draws them."""
+    out = []
+    for row in panes.to_dict("records"):
+        if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
+            continue
+        pane = _pane_of(label, row)
+        if pane.window.end < END_OF_TIME and (pane.window.end <= event_from or pane.window.start >= event_to):
+            continue
+        out.append(pane)
+    out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
+    return out
+
+
 def _check_columns(frame: Any, needed: Sequence[str], what: str) -> None:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
@@ -197,16 +213,7 @@ def history_from_frames(
         records.append(ElementRecord(label, None if _null(value) else value, t, arrival))
     records.sort(key=lambda e: (e.arrival, e.event_time))
 
-    out = []
-    for row in panes.to_dict("records"):
-        if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
-            continue
-        pane = _pane_of(label, row)
-        if pane.window.end < END_OF_TIME and (pane.window.end <= event_from or pane.window.start >= event_to):
-            continue
-        out.append(pane)
-    out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
-
+    out = _panes_of(panes, key, label, event_from, event_to, run_id)
     points = []
     for row in watermarks.to_dict("records"):
         if run_id is not None and "run_id" in row and row["run_id"] != run_id:

@@ -125,30 +125,43 @@ def gate_panes(
 ) -> GateOutcome:
     """Validate the pane log of the windows `run_ids` touched; failing panes are copied to
     `<output>_panes_quarantine` with the reasons."""
+    checked = pane_checks(touched_panes(spark, stage, run_ids), stage)
+    n, report, quarantined, table = _validate(spark, checked, PANES_SUITE, f"{stage.output}_panes",
+                                              f"{run_id}:panes:{stage.output}", pipeline, run_id, docs_dir, build_docs)
+    scope = "all windows" if run_ids is None else f"windows touched by run(s) {', '.join(sorted(set(run_ids))) or '-'}"
+    return GateOutcome("panes", f"{stage.output}_panes", report, n, quarantined, table, (scope,))
+
+
+def _validate(
+    spark: "SparkSession", checked: "DataFrame", suite: str, name: str, run_name: str, pipeline: str, run_id: str,
+    docs_dir: str | os.PathLike[str] | None, build_docs: bool,
+) -> tuple[int, Any, int, str]:
+    """`checked` (rows with their derived `gate_*` columns) validated by `suite` as `name`;
+    rows breaking a rule are appended to `<name>_quarantine` with the reasons. Returns
+    (rows, report, rows quarantined, quarantine table)."""
     from pyspark.sql import functions as F
 
     from dataflow_core.quality.split import failed_rules
 
-    rules = load_rules(PANES_SUITE)
-    rules = RuleSet(f"{stage.output}_panes", rules.rules, rules.source, rules.meta)
-    checked = pane_checks(touched_panes(spark, stage, run_ids), stage).persist()
+    base = load_rules(suite)
+    rules = RuleSet(name, base.rules, base.source, base.meta)
+    checked = checked.persist()
     try:
         n = checked.count()
-        report = validate_dataframe(checked, rules, docs_dir=docs_dir_of(spark, docs_dir),
-                                    run_name=f"{run_id}:panes:{stage.output}", build_docs=build_docs)
-        pane_cols = [c for c in checked.columns if not c.startswith("gate_")]
+        report = validate_dataframe(checked, rules, docs_dir=docs_dir_of(spark, docs_dir), run_name=run_name,
+                                    build_docs=build_docs)
+        cols = [c for c in checked.columns if not c.startswith("gate_")]
         bad = (
             checked.withColumn("_failed", failed_rules(rules)).where(F.size("_failed") > 0)
-            .select(*pane_cols, F.array_join("_failed", "; ").alias(REASON),
+            .select(*cols, F.array_join("_failed", "; ").alias(REASON),
                     F.lit(pipeline).alias("pipeline"), F.lit(run_id).alias("gate_run_id"),
                     F.current_timestamp().alias("quarantined_at"))
         )
-        table = f"{stage.output}_panes_quarantine"
+        table = f"{name}_quarantine"
         quarantined = append_rows_to(spark, bad, table)
     finally:
         checked.unpersist()
-    scope = "all windows" if run_ids is None else f"windows touched by run(s) {', '.join(sorted(set(run_ids))) or '-'}"
-    return GateOutcome("panes", f"{stage.output}_panes", report, n, quarantined, table, (scope,))
+    return n, report, quarantined, table
 
 
 def netted(panes: "DataFrame", stage: "StageSpec") -> "DataFrame":
@@ -202,26 +215,7 @@ def gate_results(
 ) -> GateOutcome:
     """Check that the results table equals what the pane log nets to (windows `run_ids`
     touched); mismatching rows are copied to `<output>_results_quarantine`."""
-    from pyspark.sql import functions as F
-
-    from dataflow_core.quality.split import failed_rules
-
-    rules = load_rules(RESULTS_SUITE)
-    rules = RuleSet(f"{stage.output}_results", rules.rules, rules.source, rules.meta)
-    checked = results_checks(spark, stage, run_ids).persist()
-    try:
-        n = checked.count()
-        report = validate_dataframe(checked, rules, docs_dir=docs_dir_of(spark, docs_dir),
-                                    run_name=f"{run_id}:results:{stage.output}", build_docs=build_docs)
-        cols = [c for c in checked.columns if not c.startswith("gate_")]
-        bad = (
-            checked.withColumn("_failed", failed_rules(rules)).where(F.size("_failed") > 0)
-            .select(*cols, F.array_join("_failed", "; ").alias(REASON),
-                    F.lit(pipeline).alias("pipeline"), F.lit(run_id).alias("gate_run_id"),
-                    F.current_timestamp().alias("quarantined_at"))
-        )
-        table = f"{stage.output}_results_quarantine"
-        quarantined = append_rows_to(spark, bad, table)
-    finally:
-        checked.unpersist()
+    n, report, quarantined, table = _validate(
+        spark, results_checks(spark, stage, run_ids), RESULTS_SUITE, f"{stage.output}_results",
+        f"{run_id}:results:{stage.output}", pipeline, run_id, docs_dir, build_docs)
     return GateOutcome("results", stage.output, report, n, quarantined, table)

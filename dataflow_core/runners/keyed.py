@@ -222,16 +222,6 @@ def run_key(
     return out
 
 
-def is_due(timer: Any, deadline: Any, time: Any, watermark: Any) -> Any:
-    """Whether a key has something due at a step at processing time `time` with the
-    watermark at `watermark`: a processing-time timer before that time, or a watermark
-    deadline the watermark reaches (as `run_key` fires them). On numbers (None: no timer,
-    no deadline) and on Spark columns (null: none) alike."""
-    by_timer = False if timer is None else timer < time
-    by_watermark = False if deadline is None else deadline <= watermark
-    return by_timer | by_watermark
-
-
 def _seq_of(arrival: Arrival) -> Seq:
     return arrival.seq
 

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.state_codec import STATE_VERSION
-from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.model.time import END_OF_TIME, Instant, is_due
 from dataflow_core.pipelines import StageSpec
-from dataflow_core.runners.keyed import is_due
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
 from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
 
@@ -66,7 +65,7 @@ version's contents never change, so a batch's stages (and the next stage's hold 
 def due(time: Instant, watermark: Instant) -> "Column":
     """A state row whose key has something due at a step at processing time `time` with the
     watermark at `watermark`: a processing-time timer before that time, or a watermark
-    deadline the watermark reaches (`runners.keyed.is_due`)."""
+    deadline the watermark reaches (`model.time.is_due`)."""
     from pyspark.sql import functions as F
 
     return is_due(F.col("wake_timer"), F.col("wake_watermark"), F.lit(time), F.lit(watermark))
