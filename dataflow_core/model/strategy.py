@@ -90,12 +90,13 @@ class WindowingStrategy:
     def net_panes(self, panes: "list[Pane]") -> "Pane | None":
         """What one window's panes, in emission order, net to: its last pane, none when that
         is a retraction. Discarding panes add up: the total carries the merge of the panes'
-        values (`CombineFn.output_merge`) and of their timestamps (`TimestampCombiner.merge`).
+        values (`CombineFn.output_merge`) and of their timestamps (`TimestampCombiner.merge`);
+        discarding panes whose outputs do not merge leave the window at its last pane.
         The one rule of a window's total: batch finals, results rows and the results gate
         apply it (in Spark SQL: `spark.execute.output_merge.window_totals`)."""
         if not panes or panes[-1].retraction:
             return None
-        if self.accumulation is not AccumulationMode.DISCARDING:
+        if self.accumulation is not AccumulationMode.DISCARDING or self.combiner.output_merge is None:
             return panes[-1]
         kept = [p for p in panes if not p.retraction]
         merge = min if self.timestamp_combiner.merge == "min" else max
