@@ -28,8 +28,8 @@ def read_schema(warehouse: str, table: str) -> TableSchema | None:
     log = Path(warehouse.removeprefix("file:")) / table / "_delta_log"
     if not log.is_dir():
         raise DataflowError(f"input_table: no Delta table {table} in warehouse {warehouse} (no {log})")
-    meta = _checkpoint_metadata(log)
-    commits = sorted(log.glob("[0-9]" * 20 + ".json"))
+    checkpoint, meta = _checkpoint_metadata(log)
+    commits = sorted(c for c in log.glob("[0-9]" * 20 + ".json") if int(c.stem) > checkpoint)
     for commit in commits:
         for line in commit.read_text(encoding="utf-8").splitlines():
             if '"metaData"' in line:
@@ -41,18 +41,20 @@ def read_schema(warehouse: str, table: str) -> TableSchema | None:
     return TableSchema(table, columns, tuple(meta.get("partitionColumns") or ()))
 
 
-def _checkpoint_metadata(log: Path) -> dict | None:
+def _checkpoint_metadata(log: Path) -> tuple[int, dict | None]:
+    """The last checkpoint's version and `metaData` (-1 and None without one); the commits
+    after it say the rest."""
     last = log / "_last_checkpoint"
     if not last.is_file():
-        return None
-    version = json.loads(last.read_text(encoding="utf-8"))["version"]
+        return -1, None
+    version = int(json.loads(last.read_text(encoding="utf-8"))["version"])
     import pyarrow.parquet as pq
 
     for part in sorted(log.glob(f"{version:020d}.checkpoint*.parquet")):
         for row in pq.read_table(part, columns=["metaData"]).column("metaData").to_pylist():
             if row:
-                return row
-    return None
+                return version, row
+    return -1, None
 
 
 def _type_name(t: object) -> str:
