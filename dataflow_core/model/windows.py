@@ -62,7 +62,18 @@ class AssignContext:
 
 
 class WindowFn(ABC):
-    """Assigns elements to windows; override `merge` for merging windows."""
+    """Assigns elements to windows; override `merge` for merging windows.
+
+    A subclass that redefines `assign` or `merge` and does not restate a SQL form
+    (`sql_window`, `sql_windows`, `sql_session_gap`) has none: an inherited form never
+    misstates a user's windows (runners then assign in Python)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "assign" in cls.__dict__ or "merge" in cls.__dict__:
+            for form in ("sql_window", "sql_windows", "sql_session_gap"):
+                if form not in cls.__dict__:
+                    setattr(cls, form, WindowFn.__dict__[form])
 
     @abstractmethod
     def assign(self, ctx: AssignContext) -> Sequence[Window]:

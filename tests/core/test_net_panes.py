@@ -57,3 +57,15 @@ def test_small_rules_have_one_home():
     fixed = WindowingStrategy(FixedWindows(1000), allowed_lateness=500)
     assert fixed.dropped_before(10_000) == 10_000 - 500 - 1000
     assert WindowingStrategy(GlobalWindows()).dropped_before(10_000) is None
+
+
+def test_a_subclass_that_reassigns_windows_has_no_inherited_sql_form():
+    class Shifted(FixedWindows):
+        def assign(self, ctx):
+            return super().assign(ctx)
+
+    class Renamed(FixedWindows):
+        pass
+
+    assert Shifted(1000).sql_window("t") is None and Shifted(1000).sql_windows("t") is None
+    assert Renamed(1000).sql_window("t") == FixedWindows(1000).sql_window("t")
