@@ -76,7 +76,7 @@ def register_pipelines() -> None:
     def billing_like(name: str, window: str) -> None:
         register(PipelineSpec(
             name=name, input_table="video_events", key={"user_id": "user_id"},
-            value="CAST(watch_seconds AS DECIMAL(18,3))", quality_suite="video_events",
+            value="CAST(watch_seconds AS DECIMAL(18,3))", quality_suite="video_events", partition_column="event_date",
             watermark=lambda: HeuristicWatermark(bound=d("2m")),
             stages=(StageSpec(name, WindowingStrategy(
                 FixedWindows(d(window)), AfterWatermark(early=AlignedProcessingTime(d("10m")), late=AfterCount(1)),
@@ -87,7 +87,7 @@ def register_pipelines() -> None:
     billing_like("bench_replay", "1h")
     register(PipelineSpec(
         name="bench_sessions", input_table="video_events", where="ad_id IS NOT NULL",
-        key={"user_id": "user_id", "ad_id": "ad_id"}, value="1", quality_suite="video_events",
+        key={"user_id": "user_id", "ad_id": "ad_id"}, value="1", quality_suite="video_events", partition_column="event_date",
         watermark=lambda: HeuristicWatermark(bound=d("2m")),
         stages=(StageSpec("bench_sessions", WindowingStrategy(
             Sessions(d("30m")), AfterWatermark(early=AlignedProcessingTime(d("1m")), late=AfterCount(1)),

@@ -165,6 +165,15 @@ def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say 
             "data_docs": outcome.report.docs_index}
 
 
+def checked(spark: Any, pipeline: str) -> None:
+    """The pipeline checked against its input table (`pipelines.check.preflight`: every
+    mistake one line; value types left out inferred) before a run uses it."""
+    from dataflow_core.pipelines.check import preflight
+    from dataflow_core.spark.platform.session import warehouse_root
+
+    preflight(pipeline, warehouse_root(spark))
+
+
 def backfill_day(
     pipeline: str, day: str, replay: bool, batch_interval: str, days_at_once: int, run_key: str,
     say: Say = _say, wait_for_slot: bool = True,
@@ -177,6 +186,7 @@ def backfill_day(
     end = (first + dt.timedelta(days=1)).isoformat()
     with day_slot(run_key, days_at_once, say, wait=wait_for_slot):
         spark = spark_session(f"dataflow-backfill-{pipeline}")
+        checked(spark, pipeline)
         say(f"backfill {pipeline} [{day}, {end}) {'replay' if replay else 'batch'}")
         started = time.monotonic()
         result = run_backfill(spark, pipeline, day, end, replay=replay, batch_interval=batch_interval,
@@ -270,6 +280,7 @@ def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
             "dataflow_core.spark.jobs.microbatch is needed"
         ) from None
     spark = spark_session(f"dataflow-microbatch-{pipeline}")
+    checked(spark, pipeline)
     before = finished_batches(pipeline)
     try:
         result = run_microbatch(spark, pipeline, progress=lambda m: say("  " + m))

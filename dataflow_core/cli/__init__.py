@@ -14,7 +14,7 @@ from typing import Sequence
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy, first_line, is_concurrent
 
 # Subcommand modules, in the order `--help` lists them.
-SUBCOMMANDS = ("pipelines", "backfill", "microbatch", "reset", "replay", "diagram", "generate", "sql")
+SUBCOMMANDS = ("pipelines", "check", "backfill", "microbatch", "reset", "replay", "diagram", "generate", "sql")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataflowError as exc:
         if args.verbose:
             raise
-        print(f"dataflow {args.command}: error: {exc}", file=sys.stderr)
+        for line in str(exc).splitlines() or [""]:  # a pipeline's mistakes: one line each
+            print(f"dataflow {args.command}: error: {line}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"dataflow {args.command}: interrupted", file=sys.stderr)

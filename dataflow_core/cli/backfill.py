@@ -47,10 +47,15 @@ def run(args: argparse.Namespace) -> int:
     from dataflow_core.errors import DataflowError
     from dataflow_core.pipelines import get
     from dataflow_core.options import parse_time
+    from dataflow_core.pipelines.check import preflight
+
+    if args.abandon is None:
+        preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
+    else:
+        get(args.pipeline)  # undoing a run needs only its name
     from dataflow_core.spark.jobs.backfill import run_backfill
     from dataflow_core.spark.sinks.runs import Ledger
 
-    get(args.pipeline)  # unknown names fail before Spark starts
     if args.abandon is None:
         for name, value in (("--start", args.start), ("--end", args.end)):
             if value is None:

@@ -48,9 +48,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataflow_core.errors import DataflowError
     from dataflow_core.model.time import parse_duration
-    from dataflow_core.pipelines import get
+    from dataflow_core.pipelines.check import preflight
 
-    get(args.pipeline)
+    preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     every = None
     if args.loop:
         try:

@@ -24,9 +24,9 @@ from typing import Any, Hashable, Sequence
 
 from dataflow_core.diagram.history import ElementRecord, History, monotone_steps
 from dataflow_core.errors import DataflowError
-from dataflow_core.model.panes import Pane, PaneTiming
-from dataflow_core.model.time import Instant, format_instant
-from dataflow_core.model.windows import GLOBAL_WINDOW, IntervalWindow
+from dataflow_core.model.pane_codec import pane_from_row
+from dataflow_core.model.panes import Pane
+from dataflow_core.model.time import END_OF_TIME, Instant, format_instant
 
 WATERMARK_TABLE = "dataflow_watermarks"
 PANE_COLUMNS = (
@@ -130,6 +130,40 @@ def _plain(v: Any) -> Any:
     return v
 
 
+def _pane_of(label: Hashable, row: dict) -> Pane:
+    """A pane-log row (cells as pandas gives them) as its pane, through the pane codec."""
+    start, end = to_ms(row["window_start"]), to_ms(row["window_end"])
+    if end is not None and (start is None or end <= start):
+        raise DataflowError(f"the pane log has a window with a bad start: {row['window_start']!r}")
+    emitted = to_ms(row["emitted_at"])
+    if emitted is None:
+        raise DataflowError("the pane log has a pane without emitted_at")
+    value, on_time = _plain(row["value"]), row["on_time_index"]
+    fields = {**row, "window_start": None if end is None else start, "window_end": end,
+              "value": None if _null(value) else value, "ts": to_ms(row["timestamp"]), "emitted_at": emitted,
+              "on_time_index": None if _null(on_time) else on_time, "timing": str(row["timing"])}
+    try:
+        return pane_from_row(label, fields)
+    except ValueError:
+        raise DataflowError(f"the pane log has an unknown timing {row['timing']!r} (EARLY, ON_TIME or LATE)") from None
+
+
+def _panes_of(panes: Any, key: dict[str, str], label: Hashable, event_from: Instant, event_to: Instant,
+              run_id: str | None) -> list[Pane]:
+    """The key's panes (of run `run_id`) whose windows overlap [event_from, event_to), in the
+    order a diagram draws them."""
+    out = []
+    for row in panes.to_dict("records"):
+        if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
+            continue
+        pane = _pane_of(label, row)
+        if pane.window.end < END_OF_TIME and (pane.window.end <= event_from or pane.window.start >= event_to):
+            continue
+        out.append(pane)
+    out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
+    return out
+
+
 def _check_columns(frame: Any, needed: Sequence[str], what: str) -> None:
     missing = [c for c in needed if c not in frame.columns]
     if missing:
@@ -179,47 +213,7 @@ def history_from_frames(
         records.append(ElementRecord(label, None if _null(value) else value, t, arrival))
     records.sort(key=lambda e: (e.arrival, e.event_time))
 
-    out = []
-    for row in panes.to_dict("records"):
-        if not _matches(row, key) or (run_id is not None and row.get("run_id") != run_id):
-            continue
-        start, end = to_ms(row["window_start"]), to_ms(row["window_end"])
-        if end is None:
-            window: Any = GLOBAL_WINDOW
-        else:
-            if start is None or end <= start:
-                raise DataflowError(f"the pane log has a window with a bad start: {row['window_start']!r}")
-            if end <= event_from or start >= event_to:
-                continue
-            window = IntervalWindow(start, end)
-        timing = str(row["timing"])
-        try:
-            pane_timing = PaneTiming(timing)
-        except ValueError:
-            raise DataflowError(f"the pane log has an unknown timing {timing!r} (EARLY, ON_TIME or LATE)") from None
-        emitted = to_ms(row["emitted_at"])
-        if emitted is None:
-            raise DataflowError("the pane log has a pane without emitted_at")
-        stamp = to_ms(row["timestamp"])
-        on_time = row["on_time_index"]
-        value = _plain(row["value"])
-        out.append(
-            Pane(
-                key=label,
-                window=window,
-                value=None if _null(value) else value,
-                timestamp=stamp if stamp is not None else window.max_timestamp,
-                timing=pane_timing,
-                index=int(row["pane_index"]),
-                on_time_index=None if _null(on_time) else int(on_time),
-                first=bool(row["is_first"]),
-                last=bool(row["is_last"]),
-                emitted_at=emitted,
-                retraction=bool(row["is_retraction"]),
-            )
-        )
-    out.sort(key=lambda p: (p.emitted_at, not p.retraction, p.window.end, p.index))
-
+    out = _panes_of(panes, key, label, event_from, event_to, run_id)
     points = []
     for row in watermarks.to_dict("records"):
         if run_id is not None and "run_id" in row and row["run_id"] != run_id:
@@ -263,55 +257,25 @@ def read_history(
 ) -> History:
     """Reads one key's slice of a real run's tables with Spark and builds its history."""
     from pyspark.sql import functions as F
-    from pyspark.sql.utils import AnalysisException
 
     index, st = stage_of(spec, stage)
-    key_columns = list(getattr(st, "key_columns", []))
-    key = parse_key(key_text, key_columns)
+    key = parse_key(key_text, list(getattr(st, "key_columns", [])))
     lo = dt.datetime.fromtimestamp(event_from / 1000, dt.timezone.utc).replace(tzinfo=None)
     hi = dt.datetime.fromtimestamp(event_to / 1000, dt.timezone.utc).replace(tzinfo=None)
-
-    def ms(column: str) -> Any:
-        return F.expr(f"unix_millis(`{column}`)").alias(column)
-
-    def keyed(df: Any) -> Any:
-        for c, v in key.items():
-            df = df.filter(F.col(c).cast("string") == v)
-        return df
-
-    def table(name: str) -> Any:
-        try:
-            return spark.table(name)
-        except AnalysisException:
-            raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)") from None
-
+    elements, element_args = _element_rows(spark, spec, pipeline, index, key, lo, hi)
     pane_table = f"{st.output}_panes"
-    if index == 0:
-        source = table(spec.input_table)
-        _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
-        elements = keyed(source).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
-        elements = elements.select(*key, ms("event_time"), ms("ingest_time"))
-        element_args: dict[str, Any] = {}
-    else:
-        upstream = f"{spec.stages[index - 1].output}_panes"
-        source = table(upstream)
-        _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
-        elements = keyed(source).filter(~F.col("is_retraction"))
-        elements = elements.filter((F.col("timestamp") >= F.lit(lo)) & (F.col("timestamp") < F.lit(hi)))
-        elements = elements.select(*key, ms("timestamp"), ms("emitted_at"), "value")
-        element_args = {"element_time": "timestamp", "element_arrival": "emitted_at", "element_value": "value"}
-
-    panes = keyed(table(pane_table))
+    panes = _keyed(_table(spark, pane_table, pipeline), key)
     panes = panes.filter(
         F.col("window_end").isNull() | ((F.col("window_end") > F.lit(lo)) & (F.col("window_start") < F.lit(hi)))
     )
     panes = panes.select(
-        *key, ms("window_start"), ms("window_end"), "value", ms("timestamp"), "timing", "pane_index",
-        "on_time_index", "is_first", "is_last", "is_retraction", ms("emitted_at"), "run_id",
+        *key, _ms("window_start"), _ms("window_end"), "value", _ms("timestamp"), "timing", "pane_index",
+        "on_time_index", "is_first", "is_last", "is_retraction", _ms("emitted_at"), "run_id",
     )
     stage_names = {str(index), str(getattr(st, "name", "") or ""), str(st.output)} - {""}
-    marks = table(WATERMARK_TABLE).filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
-    marks = marks.select("run_id", "step", ms("processing_time"), ms("watermark"))
+    marks = _table(spark, WATERMARK_TABLE, pipeline)
+    marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
+    marks = marks.select("run_id", "step", _ms("processing_time"), _ms("watermark"))
     return history_from_frames(
         elements=elements.toPandas(),
         panes=panes.toPandas(),
@@ -324,3 +288,46 @@ def read_history(
         subtitle=f"key {key_label(key)}, event time {format_instant(event_from)} to {format_instant(event_to)}",
         **element_args,
     )
+
+
+def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[str, str], lo: Any,
+                  hi: Any) -> tuple[Any, dict[str, Any]]:
+    """The key's elements in [lo, hi) of stage `index`: input rows (first stage) or the
+    upstream stage's panes; and how `history_from_frames` reads them."""
+    from pyspark.sql import functions as F
+
+    if index == 0:
+        source = _table(spark, spec.input_table, pipeline)
+        _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
+        elements = _keyed(source, key).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
+        return elements.select(*key, _ms("event_time"), _ms("ingest_time")), {}
+    upstream = f"{spec.stages[index - 1].output}_panes"
+    source = _table(spark, upstream, pipeline)
+    _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
+    elements = _keyed(source, key).filter(~F.col("is_retraction"))
+    elements = elements.filter((F.col("timestamp") >= F.lit(lo)) & (F.col("timestamp") < F.lit(hi)))
+    elements = elements.select(*key, _ms("timestamp"), _ms("emitted_at"), "value")
+    return elements, {"element_time": "timestamp", "element_arrival": "emitted_at", "element_value": "value"}
+
+
+def _ms(column: str) -> Any:
+    from pyspark.sql import functions as F
+
+    return F.expr(f"unix_millis(`{column}`)").alias(column)
+
+
+def _keyed(df: Any, key: dict[str, str]) -> Any:
+    from pyspark.sql import functions as F
+
+    for c, v in key.items():
+        df = df.filter(F.col(c).cast("string") == v)
+    return df
+
+
+def _table(spark: Any, name: str, pipeline: str) -> Any:
+    from pyspark.sql.utils import AnalysisException
+
+    try:
+        return spark.table(name)
+    except AnalysisException:
+        raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)") from None

@@ -34,6 +34,9 @@ class CombineFn(ABC, Generic[Acc]):
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = cls.__name__  # messages name the user's combiner class
+        meaning = ("create_accumulator", "add_input", "merge_accumulators", "extract_output")
+        if "sql_output" not in cls.__dict__ and any(m in cls.__dict__ for m in meaning):
+            cls.sql_output = None
 
     @abstractmethod
     def create_accumulator(self) -> Acc: ...
@@ -73,6 +76,11 @@ class CombineFn(ABC, Generic[Acc]):
             return min(present) if self.output_merge == "min" else max(present)
         raise ValueError(f"combiner {self.name!r}: outputs of discarding panes do not merge")
 
+    def output_possible(self, output: Any) -> bool:
+        """Whether `output` is one this combiner can produce (the pane gate asks it of
+        every pane); a count's is never negative."""
+        return True
+
     def output_difference(self, total: Any, previous_total: Any) -> Any:
         """The discarding pane that follows a pane history totalling `previous_total` when
         the window's total is now `total`. A sum's is the difference; an extremum cannot be
@@ -81,7 +89,13 @@ class CombineFn(ABC, Generic[Acc]):
             return total - previous_total
         return total
 
-    # --- combiner lifting ------------------------------------------------------------
+    # --- SQL forms (combiner lifting, batch aggregation) --------------------------------
+
+    sql_output: str | None = None
+    """A Spark SQL aggregate over the column `value` that gives `extract_output` of all the
+    aggregated elements (a batch runner's whole-window aggregate); None: no such form. A
+    subclass that redefines how inputs add up or what comes out and does not restate it has
+    none (`__init_subclass__`), so an inherited form never misstates a user's combiner."""
 
     sql_partial: tuple[tuple[str, str], ...] | None = None
     """(field, Spark SQL aggregate over the column `value`) pairs whose results, read back
@@ -122,6 +136,7 @@ class CombineFn(ABC, Generic[Acc]):
 class SumFn(CombineFn[Any]):
     name = "sum"
     output_merge = "sum"
+    sql_output = "sum(value)"
 
     def create_accumulator(self) -> Any:
         return 0
@@ -150,6 +165,7 @@ class SumFn(CombineFn[Any]):
 class CountFn(CombineFn[int]):
     name = "count"
     output_merge = "sum"
+    sql_output = "count(1)"
 
     def create_accumulator(self) -> int:
         return 0
@@ -165,6 +181,9 @@ class CountFn(CombineFn[int]):
 
     def retract_input(self, acc: int, value: Any) -> int:
         return acc - 1
+
+    def output_possible(self, output: Any) -> bool:
+        return output >= 0
 
     sql_partial = (("n", "count(1)"),)
     partial_exact_for_floats = True
@@ -266,6 +285,7 @@ def _hashable(value: Any) -> Any:
 class MinFn(_MultisetFn):
     name = "min"
     output_merge = "min"
+    sql_output = "min(value)"
 
     def extract_output(self, acc: Counter) -> Any:
         return min(acc) if acc else None
@@ -274,6 +294,7 @@ class MinFn(_MultisetFn):
 class MaxFn(_MultisetFn):
     name = "max"
     output_merge = "max"
+    sql_output = "max(value)"
 
     def extract_output(self, acc: Counter) -> Any:
         return max(acc) if acc else None
@@ -295,6 +316,9 @@ class DistinctCountFn(_MultisetFn):
 
     def extract_output(self, acc: Counter) -> int:
         return len(acc)
+
+    def output_possible(self, output: Any) -> bool:
+        return output >= 0
 
 
 BUILT_IN: dict[str, Callable[[], CombineFn]] = {

@@ -21,6 +21,10 @@ PANE_FIELDS = (
 )
 """A pane's row, after its key."""
 
+EMISSION_ORDER = ("emitted_at", "pane_index", "is_retraction")
+"""The fields that order a window's pane rows as they were emitted (`panes.emission_order`):
+by emission time, then index, a pane before its own retraction."""
+
 Codec = Callable[[Any], Any]
 
 
@@ -34,6 +38,13 @@ def window_bounds(window: Window) -> tuple[int | None, int | None]:
 
 def window_of(start: int | None, end: int | None) -> Window:
     return GLOBAL_WINDOW if start is None else IntervalWindow(start, end)  # type: ignore[arg-type]
+
+
+def standing_flags(pane_index: Any) -> tuple[Any, bool]:
+    """`is_first` and `is_last` of a window's standing pane known from a row that does not
+    store them (a results row): first when its index is 0, not last. On ints and Spark
+    columns alike."""
+    return pane_index == 0, False
 
 
 def pane_to_row(pane: Pane, encode_value: Codec = _same) -> dict[str, Any]:
@@ -56,7 +67,9 @@ def pane_to_row(pane: Pane, encode_value: Codec = _same) -> dict[str, Any]:
 def pane_from_row(key: Hashable, row: Mapping[str, Any], decode_value: Codec = _same) -> Pane:
     """The pane of a row with `PANE_FIELDS` (a row without `is_first`/`is_last`, such as a
     results row, is its window's standing pane: first when its index is 0, not last)."""
-    first = row.get("is_first")
+    first, last = row.get("is_first"), row.get("is_last")
+    if first is None:
+        first, last = standing_flags(row["pane_index"])
     return Pane(
         key=key,
         window=window_of(row["window_start"], row["window_end"]),
@@ -65,8 +78,8 @@ def pane_from_row(key: Hashable, row: Mapping[str, Any], decode_value: Codec = _
         timing=PaneTiming(row["timing"]),
         index=int(row["pane_index"]),
         on_time_index=None if row["on_time_index"] is None else int(row["on_time_index"]),
-        first=bool(row["pane_index"] == 0 if first is None else first),
-        last=bool(row.get("is_last") or False),
+        first=bool(first),
+        last=bool(last or False),
         emitted_at=int(row["emitted_at"]),
         retraction=bool(row.get("is_retraction") or False),
     )

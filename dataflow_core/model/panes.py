@@ -147,34 +147,63 @@ def history_after(history: PaneHistory, info: PaneInfo) -> PaneHistory:
     )
 
 
-def history_breaks(panes: "list[Pane]") -> list[str]:
-    """What in one window's panes, in emission order, breaks the rules of a pane history:
-    one ON_TIME pane at most, no EARLY pane after a non-early one, indexes counting from 0,
-    on-time indexes counting from 0 over non-early panes, no pane after a last pane, and every retraction repeating the pane
-    standing before it (the pane gate checks the same over the pane log)."""
-    breaks: list[str] = []
+PANE_RULES = (
+    "not_after_last", "index_consecutive", "on_time_once", "no_early_after_on_time",
+    "on_time_index_ok", "is_first_ok",
+)
+RETRACTION_RULES = ("retraction_standing",)
+HISTORY_RULES = PANE_RULES + RETRACTION_RULES
+"""The rules of one window's pane history, by name (`pane_breaks` says which a pane
+breaks): a pane is held to `PANE_RULES`, a retraction to `RETRACTION_RULES`."""
+
+
+def emission_key(pane: Pane) -> tuple[int, int, bool]:
+    """Where a pane stands in its window's emission order: by emission time, then index, a
+    pane before its own retraction (`pane_codec.EMISSION_ORDER` names the same fields)."""
+    return (pane.emitted_at, pane.index, pane.retraction)
+
+
+def pane_breaks(panes: "list[Pane]") -> "list[list[tuple[str, str]]]":
+    """Per pane of one window, in emission order, the `HISTORY_RULES` it breaks as (rule,
+    message): one ON_TIME pane at most, no EARLY pane after a non-early one, indexes
+    counting from 0, on-time indexes counting from 0 over non-early panes, no pane after a
+    last pane, and every retraction repeating the pane standing before it."""
+    out: list[list[tuple[str, str]]] = []
     history = PaneHistory(on_time=OnTime.OWED)
     standing: Pane | None = None
     for p in panes:
+        broken: list[tuple[str, str]] = []
+        out.append(broken)
         if p.retraction:
             if standing is None or replace(p, retraction=False, emitted_at=standing.emitted_at) != standing:
-                breaks.append(f"retraction of index {p.index} does not repeat the standing pane")
+                broken.append(("retraction_standing", f"retraction of index {p.index} does not repeat the standing pane"))
             standing = None
             continue
-        if history.ended:
-            breaks.append(f"pane {p.index} after the last pane")
-        if p.index != history.next_index:
-            breaks.append(f"pane index {p.index} where {history.next_index} was next")
-        if p.timing is PaneTiming.ON_TIME and history.on_time is OnTime.DONE:
-            breaks.append(f"a second ON_TIME pane (index {p.index})")
-        if p.timing is PaneTiming.EARLY and history.next_on_time_index > 0:
-            breaks.append(f"an EARLY pane (index {p.index}) after the on-time pane")
-        expected_on_time = None if p.timing is PaneTiming.EARLY else history.next_on_time_index
-        if p.on_time_index != expected_on_time:
-            breaks.append(f"pane {p.index} has on-time index {p.on_time_index}, expected {expected_on_time}")
-        if p.first != (p.index == 0):
-            breaks.append(f"pane {p.index} is_first={p.first}")
-        info = PaneInfo(p.timing, p.index, p.on_time_index, p.first, p.last)
-        history = history_after(history, info)
+        broken += _pane_breaks(p, history)
+        history = history_after(history, PaneInfo(p.timing, p.index, p.on_time_index, p.first, p.last))
         standing = p
-    return breaks
+    return out
+
+
+def _pane_breaks(p: Pane, history: PaneHistory) -> list[tuple[str, str]]:
+    broken: list[tuple[str, str]] = []
+    if history.ended:
+        broken.append(("not_after_last", f"pane {p.index} after the last pane"))
+    if p.index != history.next_index:
+        broken.append(("index_consecutive", f"pane index {p.index} where {history.next_index} was next"))
+    if p.timing is PaneTiming.ON_TIME and history.on_time is OnTime.DONE:
+        broken.append(("on_time_once", f"a second ON_TIME pane (index {p.index})"))
+    if p.timing is PaneTiming.EARLY and history.next_on_time_index > 0:
+        broken.append(("no_early_after_on_time", f"an EARLY pane (index {p.index}) after the on-time pane"))
+    expected_on_time = None if p.timing is PaneTiming.EARLY else history.next_on_time_index
+    if p.on_time_index != expected_on_time:
+        broken.append(("on_time_index_ok", f"pane {p.index} has on-time index {p.on_time_index}, expected {expected_on_time}"))
+    if p.first != (p.index == 0):
+        broken.append(("is_first_ok", f"pane {p.index} is_first={p.first}"))
+    return broken
+
+
+def history_breaks(panes: "list[Pane]") -> list[str]:
+    """What in one window's panes, in emission order, breaks the rules of a pane history
+    (`pane_breaks`, as messages); the pane gate flags the same panes over the pane log."""
+    return [message for broken in pane_breaks(panes) for _, message in broken]

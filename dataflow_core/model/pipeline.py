@@ -12,12 +12,19 @@ from dataclasses import dataclass
 from typing import Any, Callable, Hashable, Iterable
 
 from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.group_by_window import Element
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.strategy import InvalidStrategy, WindowingStrategy
 
 PaneMapper = Callable[[Pane], Iterable[tuple[Hashable, Any]]]
 """Turns an upstream pane into downstream (key, value) elements; it must map a retraction
 pane exactly as it mapped the pane it cancels (it sees the same fields)."""
+
+
+def pane_elements(pane: Pane, mapper: PaneMapper) -> list[tuple[Hashable, Element]]:
+    """A downstream stage's elements from one upstream pane: each (key, value) `mapper`
+    gives, at the pane's timestamp, retractions where the pane is one (every runner's rule)."""
+    return [(key, Element(value, pane.timestamp, pane.retraction)) for key, value in mapper(pane)]
 
 
 @dataclass(frozen=True)

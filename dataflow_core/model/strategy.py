@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
+from dataflow_core.model.panes import Pane
 from dataflow_core.model.time import END_OF_TIME, Duration, Instant
 from dataflow_core.model.triggers import Default, Trigger
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
@@ -24,6 +25,13 @@ class TimestampCombiner(enum.Enum):
         """How the timestamps of a window's panes combine into its total's: "min" for
         EARLIEST, else "max" (END_OF_WINDOW panes all carry the window's end)."""
         return "min" if self is TimestampCombiner.EARLIEST else "max"
+
+    def sql_aggregate(self, event_ms: str) -> str | None:
+        """The timestamp of a window's elements aggregated at once, as a Spark SQL aggregate
+        over their times `event_ms`; None for END_OF_WINDOW (the window's max timestamp)."""
+        if self is TimestampCombiner.END_OF_WINDOW:
+            return None
+        return f"{self.merge}({event_ms})"
 
     @classmethod
     def parse(cls, text: str) -> "TimestampCombiner":
@@ -69,3 +77,28 @@ class WindowingStrategy:
     def is_late(self, window: Window, watermark: Instant) -> bool:
         """Whether an element assigned to `window` now would be dropped as too late."""
         return self.gc_time(window) <= watermark
+
+    def dropped_before(self, watermark: Instant) -> Instant | None:
+        """Elements whose event time is before this are dropped as too late at `watermark`,
+        whatever windows they are assigned to (those end at most `WindowFn.reach` after
+        it); None when the reach is unknown or the watermark at either end of time."""
+        reach = self.window_fn.reach
+        if reach is None or watermark <= -END_OF_TIME or watermark >= END_OF_TIME:
+            return None
+        return watermark - self.allowed_lateness - reach
+
+    def net_panes(self, panes: "list[Pane]") -> "Pane | None":
+        """What one window's panes, in emission order, net to: its last pane, none when that
+        is a retraction. Discarding panes add up: the total carries the merge of the panes'
+        values (`CombineFn.output_merge`) and of their timestamps (`TimestampCombiner.merge`);
+        discarding panes whose outputs do not merge leave the window at its last pane.
+        The one rule of a window's total: batch finals, results rows and the results gate
+        apply it (in Spark SQL: `spark.execute.output_merge.window_totals`)."""
+        if not panes or panes[-1].retraction:
+            return None
+        if self.accumulation is not AccumulationMode.DISCARDING or self.combiner.output_merge is None:
+            return panes[-1]
+        kept = [p for p in panes if not p.retraction]
+        merge = min if self.timestamp_combiner.merge == "min" else max
+        return replace(panes[-1], value=self.combiner.merge_outputs([p.value for p in kept]),
+                       timestamp=merge(p.timestamp for p in kept))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from typing import Any
 
 Instant = int  # milliseconds since 1970-01-01T00:00:00Z
 Duration = int  # milliseconds
@@ -93,3 +94,13 @@ def format_watermark(t: Instant) -> str:
     if t <= -END_OF_TIME:
         return "the beginning of time"
     return format_instant(t)
+
+
+def is_due(timer: Any, deadline: Any, time: Any, watermark: Any) -> Any:
+    """Whether a key has something due at a step at processing time `time` with the
+    watermark at `watermark`: a processing-time timer before that time, or a watermark
+    deadline the watermark reaches (as `runners.keyed.run_key` fires them). On numbers (None: no timer,
+    no deadline) and on Spark columns (null: none) alike."""
+    by_timer = False if timer is None else timer < time
+    by_watermark = False if deadline is None else deadline <= watermark
+    return by_timer | by_watermark

@@ -16,6 +16,12 @@ from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_dura
 BEGINNING_OF_TIME: Instant = -END_OF_TIME
 
 
+def advanced(watermark: Instant, to: Instant) -> Instant:
+    """A watermark moved to `to`: never back, never past the end of time (the one rule,
+    every estimator and runner)."""
+    return max(watermark, min(to, END_OF_TIME))
+
+
 @dataclass(frozen=True)
 class Progress:
     """What a runner knows after reading a batch.
@@ -70,7 +76,7 @@ class WatermarkEstimator(ABC):
     def update(self, progress: Progress) -> Instant:
         guess = self.estimate(progress)
         if guess is not None:
-            self.watermark = max(self.watermark, min(guess, END_OF_TIME))
+            self.watermark = advanced(self.watermark, guess)
         return self.watermark
 
 

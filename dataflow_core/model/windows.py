@@ -62,7 +62,18 @@ class AssignContext:
 
 
 class WindowFn(ABC):
-    """Assigns elements to windows; override `merge` for merging windows."""
+    """Assigns elements to windows; override `merge` for merging windows.
+
+    A subclass that redefines `assign` or `merge` and does not restate a SQL form
+    (`sql_window`, `sql_windows`, `sql_session_gap`) has none: an inherited form never
+    misstates a user's windows (runners then assign in Python)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "assign" in cls.__dict__ or "merge" in cls.__dict__:
+            for form in ("sql_window", "sql_windows", "sql_session_gap"):
+                if form not in cls.__dict__:
+                    setattr(cls, form, WindowFn.__dict__[form])
 
     @abstractmethod
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
@@ -90,6 +101,23 @@ class WindowFn(ABC):
         for the global window, as in `pane_codec.window_bounds`), over the SQL expression
         `event_ms` of the element's time. None when there is no such form; a property test
         holds each form equal to `assign`."""
+        return None
+
+    def sql_windows(self, event_ms: str) -> str | None:
+        """For a non-merging WindowFn that places elements by their time alone: a Spark SQL
+        expression of the array of windows an element is assigned to, each a struct
+        (`start`, `end`) as `sql_window` gives them, over the SQL expression `event_ms`.
+        By default the one window of `sql_window`; None when there is no such form."""
+        one = self.sql_window(event_ms)
+        if one is None or self.is_merging:
+            return None
+        return f"array(named_struct('start', {one[0]}, 'end', {one[1]}))"
+
+    @property
+    def sql_session_gap(self) -> Duration | None:
+        """For a merging WindowFn that opens `[t, t + gap)` per element and merges a key's
+        windows that overlap (sessions): the gap, so that a runner may compute its windows
+        with a session aggregate; None otherwise."""
         return None
 
     def describe(self) -> str:
@@ -159,6 +187,13 @@ class SlidingWindows(WindowFn):
             start -= self.period
         return tuple(reversed(windows))
 
+    def sql_windows(self, event_ms: str) -> str:
+        count = -(-self.size // self.period)
+        last = f"(({event_ms}) - pmod(({event_ms}) - {self.offset}L, {self.period}L))"
+        starts = f"sequence({last} - {(count - 1) * self.period}L, {last}, {self.period}L)"
+        return (f"transform(filter({starts}, s -> s + {self.size}L > ({event_ms})), "
+                f"s -> named_struct('start', s, 'end', s + {self.size}L))")
+
     @property
     def reach(self) -> Duration:
         return self.size
@@ -183,6 +218,10 @@ class Sessions(WindowFn):
 
     @property
     def reach(self) -> Duration:
+        return self.gap
+
+    @property
+    def sql_session_gap(self) -> Duration:
         return self.gap
 
     def merge(self, windows: Sequence[Window]) -> list[tuple[Window, list[Window]]]:

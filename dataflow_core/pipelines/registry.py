@@ -32,6 +32,15 @@ def register(spec: PipelineSpec) -> PipelineSpec:
     return spec
 
 
+def replace_registered(spec: PipelineSpec) -> PipelineSpec:
+    """Put `spec` in the place of the registered pipeline of its name (the same pipeline,
+    its value types inferred from its table by `check.preflight`)."""
+    if spec.name not in _REGISTRY:
+        raise DataflowError(f"unknown pipeline {spec.name!r}")
+    _REGISTRY[spec.name] = spec
+    return spec
+
+
 def _load() -> None:
     global _loaded
     if _loaded:

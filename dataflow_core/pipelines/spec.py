@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Mapping, Sequence
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.accumulation import AccumulationMode
@@ -12,6 +12,7 @@ from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
 from dataflow_core.model.watermarks import WatermarkEstimator
+from dataflow_core.pipelines.types import declared_type, fixed_output_type
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -20,23 +21,31 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 class StageSpec:
     """One GroupByKeyAndWindow: its strategy, its key columns, its output tables' name.
 
-    `value_type` is the Spark SQL type of the panes' values. A later stage's `from_upstream`
-    turns each upstream pane into (key, value) elements; `input_type` is their values' type.
+    `value_type` is the type of the panes' values: a Python type (`int`, `float`, `Decimal`,
+    `str`, `bool`), a Spark SQL type name (`"decimal(28,3)"`), or omitted where the
+    combiner's output type is fixed (a count's is `int`) or the input table tells (the
+    first stage: `dataflow check` and every command infer it before Spark starts). A later
+    stage's `from_upstream` turns each upstream pane into (key, value) elements;
+    `input_type` is their values' type. The first stage's `key_columns` are the pipeline's
+    `key` (name them there only); a later stage names the key its `from_upstream` gives.
     """
 
     output: str
     strategy: WindowingStrategy
-    key_columns: tuple[str, ...]
-    value_type: str
+    key_columns: tuple[str, ...] = ()
+    value_type: Any = None
     from_upstream: PaneMapper | None = None
-    input_type: str | None = None
+    input_type: Any = None
     description: str = ""
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.output):
             raise DataflowError(f"stage output {self.output!r}: use lower-case letters, digits and underscores")
-        if not self.key_columns or isinstance(self.key_columns, str):
-            raise DataflowError(f"stage {self.output!r}: key_columns must be a non-empty tuple of column names")
+        keys = (self.key_columns,) if isinstance(self.key_columns, str) else tuple(self.key_columns)
+        object.__setattr__(self, "key_columns", keys)
+        value_type = self.value_type if self.value_type is not None else fixed_output_type(self.strategy.combiner)
+        object.__setattr__(self, "value_type", declared_type(value_type, f"stage {self.output!r}: value_type"))
+        object.__setattr__(self, "input_type", declared_type(self.input_type, f"stage {self.output!r}: input_type"))
 
     @property
     def keeps_results(self) -> bool:
@@ -64,35 +73,44 @@ class StageSpec:
 class PipelineSpec:
     """A pipeline over one Delta input table.
 
-    Column settings are Spark SQL expressions over the input's columns: `key` maps each
-    key column of the first stage to its expression (usually the column itself), `value`
-    gives the element's value, `where` selects the rows that are input at all (rows it
-    leaves out are neither counted nor bad). Rows whose event time is more than `max_skew`
-    after their ingest time are quarantined.
+    Column settings are Spark SQL expressions over the input's columns: `key` names the
+    key column(s) once (a column name, a tuple of names, or a dict of column -> expression),
+    and they are the first stage's key columns; `value` gives the element's value, `where`
+    selects the rows that are input at all (rows it leaves out are neither counted nor
+    bad). Rows whose event time is more than `max_skew` after their ingest time are
+    quarantined. `partition_column` (a date column the table is partitioned by, for
+    pruning) and `quality_suite` (an `expectations/<name>.json` the input rows must pass)
+    are used only when given. `watermark` is an estimator, or a function making a fresh one.
     """
 
     name: str
     input_table: str
-    key: dict[str, str]
+    key: Any
     value: str
     stages: tuple[StageSpec, ...]
-    watermark: Callable[[], WatermarkEstimator]
+    watermark: Any
     description: str = ""
     where: str | None = None
     event_time: str = "event_time"
     ingest_time: str = "ingest_time"
     event_id: str = "event_id"
-    partition_column: str | None = "event_date"
-    quality_suite: str | None = "video_events"
+    partition_column: str | None = None
+    quality_suite: str | None = None
     max_skew: Duration = parse_duration("1h")
     model: Pipeline = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not _NAME.fullmatch(self.name):
             raise DataflowError(f"pipeline name {self.name!r}: use lower-case letters, digits and underscores")
+        object.__setattr__(self, "key", _key_expressions(self.key, self.name))
+        object.__setattr__(self, "stages", tuple(self.stages))
+        object.__setattr__(self, "watermark", _estimator_factory(self.watermark))
         if not self.stages:
             raise DataflowError(f"pipeline {self.name!r} has no stages")
         first = self.stages[0]
+        if not first.key_columns:
+            first = replace(first, key_columns=tuple(self.key))
+            object.__setattr__(self, "stages", (first, *self.stages[1:]))
         if tuple(self.key) != first.key_columns:
             raise DataflowError(
                 f"pipeline {self.name!r}: key {list(self.key)} must name the first stage's key columns {list(first.key_columns)}"
@@ -101,6 +119,8 @@ class PipelineSpec:
         if len(set(outputs)) != len(outputs):
             raise DataflowError(f"pipeline {self.name!r}: stage outputs must differ, got {outputs}")
         for stage in self.stages[1:]:
+            if not stage.key_columns:
+                raise DataflowError(f"stage {stage.output!r}: key_columns: name the key its from_upstream gives")
             if stage.input_type is None:
                 raise DataflowError(f"stage {stage.output!r}: a later stage needs input_type (its elements' value type)")
         try:
@@ -126,3 +146,28 @@ class PipelineSpec:
             lines.append(f"  stage {s.output} (tables {s.output}_panes" + f", {s.output})")
             lines.append(f"    key {', '.join(s.key_columns)}; what {a['what']}; where {a['where']}; when {a['when']}; how {a['how']}")
         return lines
+
+
+def _key_expressions(key: Any, pipeline: str) -> dict[str, str]:
+    """`key` as column -> expression: a name, a sequence of names, or a mapping."""
+    if isinstance(key, str):
+        key = (key,)
+    if isinstance(key, Mapping):
+        out = {str(c): str(e) for c, e in key.items()}
+    elif isinstance(key, Sequence):
+        out = {str(c): str(c) for c in key}
+    else:
+        raise DataflowError(f"pipeline {pipeline!r}: key: give a column name, a tuple of names or a dict, not {key!r}")
+    if not out:
+        raise DataflowError(f"pipeline {pipeline!r}: key: name at least one column")
+    return out
+
+
+def _estimator_factory(watermark: Any) -> Callable[[], WatermarkEstimator]:
+    """An estimator given as is becomes a function making a fresh copy of it each run."""
+    if isinstance(watermark, WatermarkEstimator):
+        import copy
+
+        template = copy.deepcopy(watermark)
+        return lambda: copy.deepcopy(template)
+    return watermark

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from dataflow_core.quality.rules import RuleSet, load_rules
+from dataflow_core.spark.input.expectations import RuleSet, load_rules
 
 REASON_COLUMN = "quarantine_reason"
 REASON_SEPARATOR = "; "

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.quality.rules import RuleSet, load_rules
+from dataflow_core.spark.input.expectations import RuleSet, load_rules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

@@ -31,7 +31,7 @@ from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.lifting import Combined, combine_bundle, lifts
 from dataflow_core.model.panes import Pane
-from dataflow_core.model.pipeline import Pipeline
+from dataflow_core.model.pipeline import Pipeline, pane_elements
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 
@@ -370,9 +370,9 @@ def arrivals_from_panes(
     """A downstream stage's input: each upstream pane mapped to elements at its sub-step."""
     grouped: dict[Hashable, dict[Seq, tuple[Instant, list[Element]]]] = {}
     for seq, pane in panes:
-        for key, value in mapper(pane):
+        for key, element in pane_elements(pane, mapper):
             slot = grouped.setdefault(key, {}).setdefault(seq, (pane.emitted_at, []))
-            slot[1].append(Element(value, pane.timestamp, pane.retraction))
+            slot[1].append(element)
     return {
         key: [Arrival(seq, t, tuple(els)) for seq, (t, els) in sorted(by_seq.items())]
         for key, by_seq in grouped.items()

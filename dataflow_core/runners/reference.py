@@ -11,9 +11,10 @@ from typing import Hashable, Iterable
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.panes import Pane
-from dataflow_core.model.pipeline import Pipeline
+from dataflow_core.model.pipeline import Pipeline, pane_elements
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.model.time import Instant
+from dataflow_core.model.watermarks import advanced
 
 
 class ReferenceRunner:
@@ -104,7 +105,7 @@ class ReferenceRunner:
 
     def advance_watermark(self, to: Instant) -> list[Pane]:
         """Rule 4; a watermark never moves back, so an earlier value leaves it where it is."""
-        old, self.watermark = self.watermark, max(self.watermark, min(to, END_OF_TIME))
+        old, self.watermark = self.watermark, advanced(self.watermark, to)
         if self.watermark == old:
             return []
         panes: list[Pane] = []
@@ -159,7 +160,7 @@ class ReferencePipelineRunner:
         up = self.stages[i]
         if down.processing_time < up.processing_time:
             self._emit(i + 1, down.advance_processing_time(up.processing_time))
-        elements = [(k, v, p.timestamp, p.retraction) for p in panes for k, v in mapper(p)]
+        elements = [(k, e.value, e.timestamp, e.retraction) for p in panes for k, e in pane_elements(p, mapper)]
         if elements:
             self._emit(i + 1, down.add(elements))
         self._emit(i + 1, down.advance_watermark(up.output_watermark()))

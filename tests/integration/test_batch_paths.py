@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.combiners import CountFn, MaxFn, MinFn, SumFn
+from dataflow_core.model.combiners import BUILT_IN, SumFn
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME
 from dataflow_core.model.triggers import AfterCount, AfterWatermark, AlignedProcessingTime, Default, Repeatedly
@@ -30,7 +30,7 @@ WINDOWS = [FixedWindows(60 * S), FixedWindows(60 * S, 15 * S), SlidingWindows(90
            SlidingWindows(100 * S, 30 * S, 7 * S), Sessions(20 * S), GlobalWindows()]
 TRIGGERS = [Default(), Repeatedly(AfterCount(2)),
             AfterWatermark(early=AlignedProcessingTime(60 * S), late=AfterCount(1))]
-COMBINERS = [SumFn(), CountFn(), MinFn(), MaxFn()]
+COMBINERS = [make() for make in BUILT_IN.values() if make.sql_output is not None]  # every declared form
 NOW = 10**12
 
 elements_st = st.lists(
@@ -114,3 +114,26 @@ def test_fast_path_pinned_edges(spark, window_fn, mode):
     strategy = WindowingStrategy(window_fn=window_fn, trigger=Default(), accumulation=mode, allowed_lateness=0,
                                  combiner=SumFn(), timestamp_combiner=TimestampCombiner.EARLIEST)
     check_cases(spark, strategy, EDGE_CASES)
+
+
+def test_the_fast_path_is_the_declared_forms():
+    """The fast path applies exactly where the model declares the SQL forms; those are
+    the window functions and combiners the property test above draws from."""
+    assert {type(c) for c in COMBINERS} == {make for make in BUILT_IN.values() if make.sql_output is not None}
+    assert len(COMBINERS) == 4
+    for window_fn in WINDOWS:
+        declared = window_fn.sql_windows("event_ms") is not None or window_fn.sql_session_gap is not None
+        assert declared
+        for combiner in BUILT_IN.values():
+            strategy = WindowingStrategy(window_fn=window_fn, combiner=combiner())
+            assert fast_path_applies(strategy) == (combiner.sql_output is not None), (window_fn, combiner)
+
+    class MySum(SumFn):
+        pass
+
+    class Doubled(SumFn):
+        def add_input(self, acc, value):
+            return acc + 2 * value
+
+    assert fast_path_applies(WindowingStrategy(window_fn=WINDOWS[0], combiner=MySum()))
+    assert not fast_path_applies(WindowingStrategy(window_fn=WINDOWS[0], combiner=Doubled()))

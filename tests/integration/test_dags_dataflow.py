@@ -277,6 +277,7 @@ class NegativeCount(CountFn):
 register(PipelineSpec(
     name="broken_counts", description="views per ad and hour, negated (a broken combiner)",
     input_table="video_events", where="ad_id IS NOT NULL", key={"ad_id": "ad_id"}, value="1",
+    partition_column="event_date", quality_suite="video_events",
     watermark=lambda: HeuristicWatermark(bound=parse_duration("2m")),
     stages=(StageSpec(output="broken_counts", key_columns=("ad_id",), value_type="bigint",
                       strategy=WindowingStrategy(window_fn=FixedWindows(parse_duration("1h")), trigger=AfterWatermark(),

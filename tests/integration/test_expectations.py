@@ -9,7 +9,7 @@ from pyspark.sql import functions as F
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.quality import REASON_COLUMN, load_rules, split_valid_rows, validate_dataframe
-from dataflow_core.quality.rules import rules_from_document
+from dataflow_core.spark.input.expectations import rules_from_document
 from dataflow_core.sample import COLUMNS, SampleConfig, generate_events
 from dataflow_core.spark.platform.tables import read_table, write_table
 

@@ -13,7 +13,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.quality.rules import load_rules
+from dataflow_core.spark.input.expectations import load_rules
 from dataflow_core.sample import COLUMNS, DEFECTS, DEVICES, MOBILE_DEVICES, SampleConfig
 from dataflow_core.sample.video_events import (
     KIND_COLUMN,

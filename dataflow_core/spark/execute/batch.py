@@ -2,9 +2,10 @@
 watermark moved to the end of time, so each window's last pane holds all of its data.
 
 Two ways to the same final value per window: the general path runs the stage's strategy
-key by key (`keyed_stage.run_stage`); the fast path compiles plain aggregations (built-in
-combiners over fixed, sliding, session or global windows) to Spark SQL. A property test
-holds them equal.
+key by key (`keyed_stage.run_stage`); the fast path compiles plain aggregations to Spark SQL from the
+forms the model declares (`WindowFn.sql_windows` / `sql_session_gap`, `CombineFn.sql_output`,
+`TimestampCombiner.sql_aggregate`), as combiner lifting does. A property test holds them
+equal for every window function and combiner that declares its forms.
 """
 
 from __future__ import annotations
@@ -14,14 +15,12 @@ import dataclasses
 from typing import TYPE_CHECKING
 
 from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.combiners import CountFn, MaxFn, MinFn, SumFn
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
-from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 from dataflow_core.runners.keyed import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
-from dataflow_core.spark.execute.output_merge import discarding_merge, merge_aggregate
+from dataflow_core.spark.execute.output_merge import window_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -30,22 +29,20 @@ FINAL_COLUMNS = ("window_start", "window_end", "value", "ts")
 """After the key columns: window bounds (ms; null for the global window), the window's
 final value, and the timestamp its pane carries (ms; null for the global window)."""
 
-_FAST_COMBINERS = (SumFn, CountFn, MinFn, MaxFn)
-_FAST_WINDOWS = (FixedWindows, SlidingWindows, Sessions, GlobalWindows)
-
 
 def fast_path_applies(strategy: WindowingStrategy) -> bool:
-    """Built-in combiners over built-in windows; not discarding panes with LATEST
-    timestamps (an empty on-time pane after early ones carries the window's end)."""
+    """Whether the model declares the SQL forms the fast path needs: the combiner's
+    whole-window aggregate (`CombineFn.sql_output`) and the window function's assignment
+    (`WindowFn.sql_windows`) or session gap (`WindowFn.sql_session_gap`); not discarding
+    panes with LATEST timestamps (an empty on-time pane after early ones carries the
+    window's end)."""
     discarding_latest = (
         strategy.accumulation is AccumulationMode.DISCARDING
         and strategy.timestamp_combiner is TimestampCombiner.LATEST
     )
-    return (
-        type(strategy.combiner) in _FAST_COMBINERS
-        and type(strategy.window_fn) in _FAST_WINDOWS
-        and not discarding_latest
-    )
+    wfn = strategy.window_fn
+    windows_in_sql = wfn.sql_windows("event_ms") is not None or wfn.sql_session_gap is not None
+    return strategy.combiner.sql_output is not None and windows_in_sql and not discarding_latest
 
 
 def final_values(
@@ -63,7 +60,6 @@ def final_values(
 
 
 def _general(elements, strategy, key_columns, value_type, now):
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if "retraction" not in elements.columns:
@@ -77,46 +73,31 @@ def _general(elements, strategy, key_columns, value_type, now):
     )
     schedule = Schedule([Step((0,), now, END_OF_TIME)], BEGINNING_OF_TIME)
     out = run_stage(arrivals, strategy, schedule, KeyCodec(tuple(key_columns)), value_type)
-    panes = out.where("kind = 'pane'")
-    window_id = [*key_columns, "window_start", "window_end"]
-    last = Window.partitionBy(*window_id).orderBy(F.col("sub").desc(), F.col("ordinal").desc())
-    merge = discarding_merge(strategy)
-    if merge is not None:
-        ts = F.expr(f"{strategy.timestamp_combiner.merge}(ts)")
-        return panes.groupBy(*window_id).agg(
-            F.expr(merge_aggregate(merge, "value")).cast(value_type).alias("value"), ts.alias("ts")
-        ).select(*key_columns, *FINAL_COLUMNS)
-    ranked = panes.withColumn("_rank", F.row_number().over(last)).where("_rank = 1")
-    return ranked.where(~F.col("is_retraction")).select(*key_columns, *FINAL_COLUMNS)
+    totals = window_totals(out.where("kind = 'pane'"), strategy, [*key_columns, "window_start", "window_end"], value_type)
+    return totals.where(~F.col("is_retraction")).select(*key_columns, *FINAL_COLUMNS)
 
 
 def _fast(elements, strategy, key_columns, value_type):
+    """Each element's windows by `sql_windows` (exploded), or sessions; then per key and
+    window the combiner's `sql_output` and the timestamp combiner's `sql_aggregate` (none:
+    the window's max timestamp, null for the global window, which ends at the end of time)."""
     from pyspark.sql import functions as F
 
     wfn = strategy.window_fn
-    t = F.col("event_ms")
-    if isinstance(wfn, FixedWindows):
-        start = t - F.pmod(t - F.lit(wfn.offset), F.lit(wfn.size))
-        framed = elements.withColumn("window_start", start).withColumn("window_end", start + F.lit(wfn.size))
-    elif isinstance(wfn, SlidingWindows):
-        last_start = t - F.pmod(t - F.lit(wfn.offset), F.lit(wfn.period))
-        count = -(-wfn.size // wfn.period)
-        starts = F.sequence(last_start - F.lit((count - 1) * wfn.period), last_start, F.lit(wfn.period))
-        framed = (
-            elements.withColumn("window_start", F.explode(starts))
-            .where(F.col("window_start") + F.lit(wfn.size) > t)
-            .withColumn("window_end", F.col("window_start") + F.lit(wfn.size))
-        )
-    elif isinstance(wfn, Sessions):
-        return _fast_sessions(elements, strategy, key_columns, value_type)
-    else:  # global
-        framed = elements.withColumn("window_start", F.lit(None).cast("bigint")).withColumn(
-            "window_end", F.lit(None).cast("bigint")
-        )
-    return _aggregate(framed, strategy, key_columns, value_type)
+    value = F.expr(strategy.combiner.sql_output).cast(value_type).alias("value")  # type: ignore[arg-type]
+    ts_sql = strategy.timestamp_combiner.sql_aggregate("event_ms")
+    ts = (F.lit(None) if ts_sql is None else F.expr(ts_sql)).cast("bigint").alias("ts")
+    if wfn.sql_session_gap is not None:
+        out = _sessions(elements, wfn.sql_session_gap, key_columns, value, ts)
+    else:
+        framed = elements.withColumn("_w", F.explode(F.expr(wfn.sql_windows("event_ms"))))  # type: ignore[arg-type]
+        framed = framed.withColumn("window_start", F.col("_w.start")).withColumn("window_end", F.col("_w.end"))
+        out = framed.groupBy(*key_columns, "window_start", "window_end").agg(value, ts)
+    out = out.withColumn("ts", F.coalesce(F.col("ts"), F.col("window_end") - F.lit(1)))
+    return out.select(*key_columns, *FINAL_COLUMNS)
 
 
-def _fast_sessions(elements, strategy, key_columns, value_type):
+def _sessions(elements, gap, key_columns, value, ts):
     """Spark's `session_window` also merges sessions that only touch (an event exactly one
     gap after the last one joins its session), while the model merges `[t, t+gap)` windows
     only when they overlap. A gap one millisecond shorter gives the model's rule on integer
@@ -129,42 +110,6 @@ def _fast_sessions(elements, strategy, key_columns, value_type):
     range down to its elements inside the range."""
     from pyspark.sql import functions as F
 
-    gap = strategy.window_fn.gap
     session = F.session_window(F.timestamp_millis("event_ms"), f"{gap - 1} milliseconds").alias("_s")
-    value, ts = _aggregates(strategy)
-    if strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW:
-        ts = F.lit(None)
-    out = elements.groupBy(*key_columns, session).agg(
-        value.cast(value_type).alias("value"), ts.alias("ts"),
-        F.min("event_ms").alias("window_start"), (F.max("event_ms") + F.lit(gap)).alias("window_end"))
-    out = out.withColumn("ts", F.coalesce(F.col("ts").cast("bigint"), F.col("window_end") - F.lit(1)))
-    return out.select(*key_columns, *FINAL_COLUMNS)
-
-
-def _aggregates(strategy):
-    from pyspark.sql import functions as F
-
-    value = {
-        SumFn: F.sum("value"),
-        CountFn: F.count(F.lit(1)),
-        MinFn: F.min("value"),
-        MaxFn: F.max("value"),
-    }[type(strategy.combiner)]
-    ts = {
-        TimestampCombiner.EARLIEST: F.min("event_ms"),
-        TimestampCombiner.LATEST: F.max("event_ms"),
-    }.get(strategy.timestamp_combiner, F.max("window_end") - F.lit(1))
-    return value, ts
-
-
-def _aggregate(framed, strategy, key_columns, value_type):
-    from pyspark.sql import functions as F
-
-    value, ts = _aggregates(strategy)
-    tc = strategy.timestamp_combiner
-    out = framed.groupBy(*key_columns, "window_start", "window_end").agg(
-        value.cast(value_type).alias("value"), ts.alias("ts")
-    )
-    if isinstance(strategy.window_fn, GlobalWindows) and tc is TimestampCombiner.END_OF_WINDOW:
-        out = out.withColumn("ts", F.lit(None).cast("bigint"))  # the end of time
-    return out.select(*key_columns, *FINAL_COLUMNS)
+    return elements.groupBy(*key_columns, session).agg(
+        value, ts, F.min("event_ms").alias("window_start"), (F.max("event_ms") + F.lit(gap)).alias("window_end"))

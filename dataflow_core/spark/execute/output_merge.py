@@ -1,10 +1,17 @@
-"""A combiner's declared `output_merge` (how a window's discarding pane outputs add up to
-its total) in Spark SQL: as an aggregate over panes, and of a stored total and a new one."""
+"""What a window's panes net to (`WindowingStrategy.net_panes`) in Spark SQL: the last pane
+in emission order (`pane_codec.EMISSION_ORDER`), and for discarding panes the combiner's
+declared `output_merge` as an aggregate over the panes and of a stored total and a new one."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Sequence
+
 from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.pane_codec import EMISSION_ORDER
 from dataflow_core.model.strategy import WindowingStrategy
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
 
 _AGGREGATE = {"sum": "sum", "min": "min", "max": "max"}
 _PAIR = {"sum": "{a} + {b}", "min": "least({a}, {b})", "max": "greatest({a}, {b})"}
@@ -27,3 +34,25 @@ def merge_aggregate(merge: str, column: str) -> str:
 def merge_pair(merge: str, a: str, b: str) -> str:
     """SQL merging two totals."""
     return _PAIR[merge].format(a=a, b=b)
+
+
+def window_totals(
+    panes: "DataFrame", strategy: WindowingStrategy, window_id: Sequence[str], value_type: str,
+    ts: str = "ts",
+) -> "DataFrame":
+    """Per window (`window_id` columns) of `panes` (with the `EMISSION_ORDER` columns,
+    `value` and the timestamp column `ts`), its last pane as `net_panes` nets it: discarding
+    panes' values and timestamps merged, `value` cast to `value_type`. A window whose last
+    pane `is_retraction` nets to nothing: the caller drops (or deletes) its row."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    last = Window.partitionBy(*window_id).orderBy(*[F.col(c).desc() for c in EMISSION_ORDER])
+    ranked = panes.withColumn("_net_rank", F.row_number().over(last))
+    merge = discarding_merge(strategy)
+    if merge is not None:
+        whole = Window.partitionBy(*window_id)
+        total = F.expr(merge_aggregate(merge, "CASE WHEN NOT is_retraction THEN value END"))
+        merged_ts = F.expr(f"{strategy.timestamp_combiner.merge}(CASE WHEN NOT is_retraction THEN {ts} END)")
+        ranked = ranked.withColumn("value", total.over(whole)).withColumn(ts, merged_ts.over(whole))
+    return ranked.where("_net_rank = 1").drop("_net_rank").withColumn("value", F.col("value").cast(value_type))

@@ -107,7 +107,7 @@ def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame") -> "D
 
     rules = []
     if spec.quality_suite:
-        from dataflow_core.quality.rules import load_rules
+        from dataflow_core.spark.input.expectations import load_rules
 
         suite = load_rules(spec.quality_suite)
         suite.check_columns(rows.columns)

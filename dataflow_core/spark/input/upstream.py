@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Iterator, Sequence
 
 from dataflow_core.model.pane_codec import PANE_FIELDS, pane_from_row
+from dataflow_core.model.pipeline import pane_elements
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.platform.arrow import arrow_schema_of
 
@@ -45,9 +46,9 @@ def elements_from_panes(
                 key = tuple(data[c][i] for c in up_keys)
                 pane = pane_from_row(key[0] if len(key) == 1 else key, {f: data[f][i] for f in PANE_FIELDS})
                 extra = [data[c][i] for c in passthrough]
-                for out_key, value in mapper(pane):
+                for out_key, el in pane_elements(pane, mapper):
                     key_cols = list(out_key) if len(stage.key_columns) > 1 else [out_key]
-                    rows.append(dict(zip(names, [*key_cols, value, pane.timestamp, pane.retraction, *extra])))
+                    rows.append(dict(zip(names, [*key_cols, el.value, el.timestamp, el.retraction, *extra])))
             yield pa.RecordBatch.from_pylist(rows, schema=arrow_schema)
 
     return panes.select(*columns).mapInArrow(mapped, ", ".join(out_cols))

@@ -9,8 +9,9 @@ if TYPE_CHECKING:
 
 
 def arrow_schema_of(schema: str) -> "pa.Schema":
-    """The Arrow schema of a Spark DDL schema string (`"a string, n bigint"`)."""
+    """The Arrow schema of a Spark DDL schema string (`"a string, n bigint"`); timestamps
+    are instants in UTC."""
     from pyspark.sql.pandas.types import to_arrow_schema
     from pyspark.sql.types import _parse_datatype_string
 
-    return to_arrow_schema(_parse_datatype_string(schema))
+    return to_arrow_schema(_parse_datatype_string(schema), timezone="UTC")

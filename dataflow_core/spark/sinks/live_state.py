@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.state_codec import STATE_VERSION
-from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.model.time import END_OF_TIME, Instant, is_due
 from dataflow_core.pipelines import StageSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
 from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
@@ -65,10 +65,10 @@ version's contents never change, so a batch's stages (and the next stage's hold 
 def due(time: Instant, watermark: Instant) -> "Column":
     """A state row whose key has something due at a step at processing time `time` with the
     watermark at `watermark`: a processing-time timer before that time, or a watermark
-    deadline the watermark reaches (as `runners.keyed.run_key` fires them)."""
+    deadline the watermark reaches (`model.time.is_due`)."""
     from pyspark.sql import functions as F
 
-    return (F.col("wake_timer") < F.lit(time)) | (F.col("wake_watermark") <= F.lit(watermark))
+    return is_due(F.col("wake_timer"), F.col("wake_watermark"), F.lit(time), F.lit(watermark))
 
 
 @dataclass(frozen=True)
@@ -80,8 +80,8 @@ class Wake:
     watermark: Instant | None
 
     def due(self, time: Instant, watermark: Instant) -> bool:
-        """Whether `due` holds for some key (the same test, on the least values)."""
-        return (self.timer is not None and self.timer < time) or (self.watermark is not None and self.watermark <= watermark)
+        """Whether `due` holds for some key (the same rule, on the least values)."""
+        return bool(is_due(self.timer, self.watermark, time, watermark))
 
 
 def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.pane_codec import standing_flags
 from dataflow_core.pipelines.spec import StageSpec
-from dataflow_core.spark.execute.output_merge import discarding_merge, merge_aggregate, merge_pair
+from dataflow_core.spark.execute.output_merge import discarding_merge, merge_pair, window_totals
 from dataflow_core.spark.platform.delta import Txn, merge_rows
 from dataflow_core.spark.platform.tables import read_table, table_exists
 from dataflow_core.spark.sinks.panes import pane_rows
@@ -33,26 +34,14 @@ RESULT_COLUMNS = (
 )
 
 def result_rows(stage: StageSpec, panes: "DataFrame", run_id: str, one_per_window: bool = False) -> "DataFrame":
-    """Per key and window of runner panes (pane codec fields, times in ms; ordered by
-    `emitted_at`, then `sub` and `ordinal` where present), the results row they leave,
-    with `_delete` where the last of them is a retraction. `one_per_window`: each window
+    """Per key and window of runner panes (pane codec fields, times in ms), the results row
+    they leave (`window_totals`), with `_delete` where the last of them is a retraction. `one_per_window`: each window
     has one row already, the one to keep, its value the window's total (corrections)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-
     if one_per_window:
         return _as_results_row(stage, pane_rows(stage, panes, run_id))
     window_id = [*stage.key_columns, "window_start", "window_end"]
-    order = [F.col(c).desc() for c in ("emitted_at", "sub", "ordinal", "pane_index") if c in panes.columns]
-    order.append(F.col("is_retraction").desc())
-    ranked = panes.withColumn("_n", F.row_number().over(Window.partitionBy(*window_id).orderBy(*order)))
-    merge = discarding_merge(stage.strategy)
-    if merge is not None:  # the window's total: its panes' values and timestamps merged
-        whole = Window.partitionBy(*window_id)
-        total = F.expr(merge_aggregate(merge, "CASE WHEN NOT is_retraction THEN value END"))
-        ts = F.expr(f"{stage.strategy.timestamp_combiner.merge}(CASE WHEN NOT is_retraction THEN ts END)")
-        ranked = ranked.withColumn("value", total.over(whole)).withColumn("ts", ts.over(whole))
-    return _as_results_row(stage, pane_rows(stage, ranked.where("_n = 1"), run_id))
+    totals = window_totals(panes, stage.strategy, window_id, stage.value_type)
+    return _as_results_row(stage, pane_rows(stage, totals, run_id))
 
 
 def _as_results_row(stage: StageSpec, rows: "DataFrame") -> "DataFrame":
@@ -96,6 +85,7 @@ def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":
     times in ms), its value being the window's total."""
     from pyspark.sql import functions as F
 
+    first, last = standing_flags(F.col("pane_index"))
     return results.select(
         *stage.key_columns,
         F.unix_millis("window_start").alias("window_start"),
@@ -105,8 +95,8 @@ def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":
         "timing",
         "pane_index",
         "on_time_index",
-        (F.col("pane_index") == 0).alias("is_first"),
-        F.lit(False).alias("is_last"),
+        first.alias("is_first"),
+        F.lit(last).alias("is_last"),
         F.lit(False).alias("is_retraction"),
         F.unix_millis("updated_at").alias("emitted_at"),
     )

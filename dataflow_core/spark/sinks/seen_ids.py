@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from dataflow_core.model.time import END_OF_TIME, Instant, parse_duration
+from dataflow_core.model.time import Instant, parse_duration
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import Txn, append_rows, merge_rows
@@ -31,11 +31,8 @@ def seen_table(spec: PipelineSpec) -> str:
 
 def horizon(spec: PipelineSpec, watermark: Instant) -> Instant | None:
     """Ids of events before this time can be forgotten at `watermark` (None: keep all)."""
-    strategy = spec.stages[0].strategy
-    reach = strategy.window_fn.reach
-    if reach is None or watermark <= BEGINNING_OF_TIME or watermark >= END_OF_TIME:
-        return None
-    return watermark - strategy.allowed_lateness - reach - SEEN_HORIZON
+    dropped_before = spec.stages[0].strategy.dropped_before(watermark)
+    return None if dropped_before is None else dropped_before - SEEN_HORIZON
 
 
 def remember_ids(

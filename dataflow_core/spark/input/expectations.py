@@ -1,5 +1,9 @@
 """The input rules, read once from an expectation-suite file in `expectations/`.
 
+They live in the input layer, which tags rows with them (`rows.tag_rows`); the quality
+gates build on them. Spark is imported only to turn a rule into a predicate, so a suite's
+columns can be read before any Spark starts (a pipeline's pre-flight check).
+
 The file is a Great Expectations suite (GE's own JSON layout). Both the GE validation
 (`dataflow_core.quality.validate`) and the row-level split (`dataflow_core.quality.split`)
 are built from the `Rule` objects here, so they cannot drift apart. Only expectation types
@@ -13,12 +17,12 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
-
-from pyspark.sql import Column
-from pyspark.sql import functions as F
+from typing import TYPE_CHECKING, Any, Callable
 
 from dataflow_core.errors import DataflowError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
 
 EXPECTATIONS_DIR_ENV = "DATAFLOW_EXPECTATIONS_DIR"
 DEFAULT_SUITE = "video_events"
@@ -29,7 +33,7 @@ def expectations_dir() -> Path:
     configured = os.environ.get(EXPECTATIONS_DIR_ENV)
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[2] / "expectations"
+    return Path(__file__).resolve().parents[3] / "expectations"
 
 
 # --- row predicates per expectation type (true = the row passes) --------------------
@@ -37,16 +41,22 @@ def expectations_dir() -> Path:
 # and the pair rule ignores a row as `ignore_row_if` says.
 
 
-def _not_null(kw: dict[str, Any]) -> Column:
+def _not_null(kw: dict[str, Any]) -> "Column":
+    from pyspark.sql import functions as F
+
     return F.col(kw["column"]).isNotNull()
 
 
-def _in_set(kw: dict[str, Any]) -> Column:
+def _in_set(kw: dict[str, Any]) -> "Column":
+    from pyspark.sql import functions as F
+
     column = F.col(kw["column"])
     return column.isNull() | column.isin(list(kw["value_set"]))
 
 
-def _between(kw: dict[str, Any]) -> Column:
+def _between(kw: dict[str, Any]) -> "Column":
+    from pyspark.sql import functions as F
+
     column = F.col(kw["column"])
     ok = F.lit(True)
     if kw.get("min_value") is not None:
@@ -58,7 +68,9 @@ def _between(kw: dict[str, Any]) -> Column:
     return column.isNull() | ok
 
 
-def _a_greater_than_b(kw: dict[str, Any]) -> Column:
+def _a_greater_than_b(kw: dict[str, Any]) -> "Column":
+    from pyspark.sql import functions as F
+
     a, b = F.col(kw["column_A"]), F.col(kw["column_B"])
     compare = a >= b if kw.get("or_equal") else a > b
     ignore = kw.get("ignore_row_if", "both_values_are_missing")
@@ -112,8 +124,10 @@ class Rule:
         """The share of rows that must pass for the expectation to succeed (gate suites)."""
         return float(self.kwargs.get("mostly", 1.0))
 
-    def passes(self) -> Column:
+    def passes(self) -> "Column":
         """Spark predicate, true when a row satisfies the rule (never null)."""
+        from pyspark.sql import functions as F
+
         return F.coalesce(_PREDICATES[self.expectation_type](self.kwargs), F.lit(False))
 
     @property

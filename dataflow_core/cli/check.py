@@ -1,0 +1,32 @@
+"""`dataflow check`: a pipeline against its input table's schema, read from the table's Delta
+log before any Spark starts; one line per mistake, naming the field and the fix."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check",
+        help="check a pipeline against its input table (no Spark): one line per mistake",
+        description=(
+            "Reads the input table's schema from its Delta log and checks every column the "
+            "pipeline names (key, value, where, event_time, ingest_time, event_id, "
+            "partition_column), the columns its quality suite checks, each stage's window "
+            "reach and value type, and whether each stage's output can feed the next. "
+            "`backfill` and `microbatch` run the same check before they start Spark."
+        ),
+    )
+    p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")
+    p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataflow_core.pipelines.check import preflight
+
+    spec = preflight(args.pipeline, args.warehouse)
+    types = ", ".join(f"{s.output} {s.value_type}" for s in spec.stages)
+    print(f"pipeline {spec.name} fits table {spec.input_table} (value types: {types})")
+    return 0

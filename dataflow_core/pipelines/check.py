@@ -1,0 +1,164 @@
+"""A pipeline checked against its input table before any Spark job: the table's schema comes
+from its Delta log (`table_schema.read_schema`, no JVM), and every mistake is one line
+naming the field and the fix, e.g. `value: no column amount_usd in shop_orders (did you
+mean amount?)`. Value types left out are inferred from the table here (`resolve`)."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import replace
+from decimal import Decimal
+from typing import Any
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.windows import GlobalWindows, IntervalWindow
+from dataflow_core.pipelines.spec import PipelineSpec, StageSpec
+from dataflow_core.pipelines.table_schema import TableSchema, columns_in, read_schema
+from dataflow_core.pipelines.types import infer_output_type, is_numeric
+
+
+class PipelineMistakes(DataflowError):
+    """A pipeline that does not fit its input table; `lines` has one line per mistake."""
+
+    def __init__(self, pipeline: str, lines: list[str]) -> None:
+        self.lines = lines
+        super().__init__("\n".join(f"pipeline {pipeline}: {line}" for line in lines))
+
+
+def check_pipeline(spec: PipelineSpec, schema: TableSchema) -> list[str]:
+    """Every mistake of `spec` against `schema`, one line each (none: it fits)."""
+    mistakes: list[str] = []
+    fields: list[tuple[str, str | None]] = [
+        *[(f"key {c}", e) for c, e in spec.key.items()], ("value", spec.value), ("where", spec.where),
+        ("event_time", spec.event_time), ("ingest_time", spec.ingest_time), ("event_id", spec.event_id),
+    ]
+    for what, expression in fields:
+        for column in columns_in(expression or ""):
+            if column not in schema.columns:
+                mistakes.append(f"{what}: no column {column} in {schema.name}{_did_you_mean(column, schema)}")
+    if spec.partition_column and spec.partition_column not in schema.columns:
+        parts = schema.partition_columns
+        fix = (f"{schema.name} is partitioned by {', '.join(parts)}: partition_column={parts[0]!r}" if parts
+               else f"{schema.name} is not partitioned: partition_column=None")
+        mistakes.append(f"partition_column: no column {spec.partition_column} in {schema.name} ({fix})")
+    mistakes += _suite_mistakes(spec, schema)
+    for n, stage in enumerate(spec.stages):
+        mistakes += _stage_mistakes(spec, n, stage, schema)
+    return mistakes
+
+
+def _did_you_mean(column: str, schema: TableSchema, otherwise: str | None = None) -> str:
+    close = difflib.get_close_matches(column, list(schema.columns), n=1, cutoff=0.5)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return f" (set {otherwise})" if otherwise else f" (its columns: {', '.join(schema.columns)})"
+
+
+def _suite_mistakes(spec: PipelineSpec, schema: TableSchema) -> list[str]:
+    if not spec.quality_suite:
+        return []
+    from dataflow_core.spark.input.expectations import load_rules
+
+    try:
+        suite = load_rules(spec.quality_suite)
+    except DataflowError as exc:
+        return [f"quality_suite: {exc} (or quality_suite=None)"]
+    missing = [c for c in dict.fromkeys(c for r in suite.rules for c in r.columns) if c not in schema.columns]
+    if not missing:
+        return []
+    return [f"quality_suite: suite {spec.quality_suite} checks column(s) {', '.join(missing)}, which "
+            f"{schema.name} lacks (write a suite for {schema.name}, or quality_suite=None)"]
+
+
+def _stage_mistakes(spec: PipelineSpec, n: int, stage: StageSpec, schema: TableSchema) -> list[str]:
+    out = []
+    wfn = stage.strategy.window_fn
+    if wfn.reach is None and not isinstance(wfn, GlobalWindows):
+        out.append(f"stage {stage.output}: window {wfn.describe()} declares no reach (define WindowFn.reach: how "
+                   "far after an element's time its windows can end; without it no event id is ever forgotten)")
+    if stage.value_type is None:
+        input_type = _value_input_type(spec, schema) if n == 0 else stage.input_type
+        if input_type is None or infer_output_type(stage.strategy.combiner, input_type) is None:
+            out.append(f"stage {stage.output}: value_type: cannot infer the type of {stage.strategy.combiner.name} "
+                       f"over {'value ' + spec.value if n == 0 else 'its input'}; give value_type (e.g. int, float, "
+                       "Decimal, or a Spark type such as 'decimal(28,3)')")
+    if n:
+        out += _feed_mistakes(spec.stages[n - 1], stage)
+    return out
+
+
+def _value_input_type(spec: PipelineSpec, schema: TableSchema) -> str | None:
+    """The type of `value` when it is a plain column of the table."""
+    return schema.columns.get(spec.value.strip().strip("`"))
+
+
+def _feed_mistakes(up: StageSpec, stage: StageSpec) -> list[str]:
+    """Whether `up`'s panes can feed `stage`: its from_upstream, tried on a pane of `up`'s
+    shape, gives (key, value) pairs with as many key parts as `stage.key_columns` and
+    values the combiner can take."""
+    sample = Pane(tuple("k" for _ in up.key_columns) if len(up.key_columns) > 1 else "k",
+                  IntervalWindow(0, 60_000), _sample_value(up.value_type), 59_999, PaneTiming.ON_TIME, 0, 0, True,
+                  False, 60_000)
+    try:
+        pairs = list(stage.from_upstream(sample))  # type: ignore[misc]
+    except Exception:  # noqa: BLE001 - a mapper that needs real panes is not judged on a sample
+        return []
+    out = []
+    for pair in pairs[:1]:
+        if not isinstance(pair, tuple) or len(pair) != 2:
+            return [f"stage {stage.output}: from_upstream must give (key, value) pairs, gave {pair!r}"]
+        key, _ = pair
+        parts = len(key) if isinstance(key, tuple) else 1
+        if parts != len(stage.key_columns):
+            out.append(f"stage {stage.output}: from_upstream gives keys of {parts} part(s) but key_columns names "
+                       f"{len(stage.key_columns)} ({', '.join(stage.key_columns)}): make them match")
+    numeric = ("sum", "mean")
+    if stage.input_type and not is_numeric(stage.input_type) and stage.strategy.combiner.output_merge in numeric:
+        out.append(f"stage {stage.output}: input_type {stage.input_type} cannot be summed by "
+                   f"{stage.strategy.combiner.name}: give a numeric input_type")
+    return out
+
+
+def _sample_value(spark_type: str | None) -> Any:
+    t = (spark_type or "").lower()
+    if t.startswith("decimal"):
+        return Decimal(1)
+    return {"double": 1.0, "float": 1.0, "string": "v", "boolean": True}.get(t, 1)
+
+
+def resolve(spec: PipelineSpec, schema: TableSchema) -> PipelineSpec:
+    """`spec` with the value types it left out inferred from its table (unchanged when none)."""
+    stages, input_type = [], _value_input_type(spec, schema)
+    for n, stage in enumerate(spec.stages):
+        source = input_type if n == 0 else stage.input_type
+        if stage.value_type is None and source is not None:
+            stage = replace(stage, value_type=infer_output_type(stage.strategy.combiner, source))
+        stages.append(stage)
+    if all(a is b for a, b in zip(stages, spec.stages)):
+        return spec
+    return replace(spec, stages=tuple(stages))
+
+
+def preflight(name: str, warehouse: str | None = None) -> PipelineSpec:
+    """Check registered pipeline `name` against its input table (before Spark); raises
+    `PipelineMistakes` with every mistake, else registers and returns it with its value
+    types inferred."""
+    from dataflow_core.pipelines.registry import get, replace_registered
+    from dataflow_core.spark.platform.session import resolve_warehouse
+
+    spec = get(name)
+    root = resolve_warehouse(warehouse)
+    try:
+        schema = read_schema(root, spec.input_table)
+    except DataflowError as exc:
+        raise PipelineMistakes(spec.name, [str(exc)]) from None
+    if schema is None:
+        return spec
+    mistakes = check_pipeline(spec, schema)
+    if mistakes:
+        raise PipelineMistakes(spec.name, mistakes)
+    resolved = resolve(spec, schema)
+    if resolved is not spec:
+        replace_registered(resolved)
+    return resolved
