@@ -73,7 +73,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PipelineBusy as exc:
         if args.verbose:
             raise
-        print(f"dataflow {args.command}: busy: {exc}", file=sys.stderr)
+        hint = "" if "--wait" in str(exc) else " (run with --wait to wait for it)"
+        print(f"dataflow {args.command}: busy: {exc}{hint}", file=sys.stderr)
         return BUSY_EXIT
     except DataflowError as exc:
         if args.verbose:

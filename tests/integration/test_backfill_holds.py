@@ -9,7 +9,6 @@ against an independent recomputation and every pane history through `history_bre
 from __future__ import annotations
 
 import functools
-import json
 import os
 import subprocess
 import sys

@@ -107,7 +107,6 @@ def skip_batch(
     """Attempt `rec` at a batch the operator skips (see the module docstring): its rows go
     to the quarantine with the reason and their ids join the seen ids (so no redelivery counts
     them), the watermarks and estimator stay those of `prev`. Returns the batch's ledger."""
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     refuse_if_partly_written(spark, spec, rec.batch, rec.versions)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dataflow_core.model.time import END_OF_TIME, Instant
-from dataflow_core.spark.platform.tables import read_table, register_table, table_exists, table_path
+from dataflow_core.spark.platform.tables import read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
