@@ -14,7 +14,7 @@ disappears (delta-io/delta#1830). `s3a_java/` holds `ConditionalPutLogStore`, wh
 each N.json with S3's conditional create (`If-None-Match: *`), so the second driver is told the
 version is taken and Delta retries. `make setup` compiles it with the JDK's `javac` into
 `.cache/` (as `localfs.py` does its classes); a session on S3 loads it through `spark.jars`
-and names it as Delta's log store for `s3a://` and `s3://` (`s3.S3Settings.spark_conf`).
+and names it as Delta's log store for `s3a://` and `s3://` (`dataflow_core.objectstore.S3Settings.spark_conf`).
 """
 
 from __future__ import annotations

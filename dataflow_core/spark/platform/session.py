@@ -15,7 +15,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import delta_jars
 from dataflow_core.spark.platform.java import check_java
-from dataflow_core.spark.platform.s3 import S3Settings, is_object_store
+from dataflow_core.objectstore import S3Settings, is_object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

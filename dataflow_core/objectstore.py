@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 
 SCHEMES = ("s3a://", "s3://")
 LOG_STORE_CLASS = "io.dataflow.s3.ConditionalPutLogStore"
-"""Delta's log store for `s3a://` tables in every session (`s3logstore.py`)."""
+"""Delta's log store for `s3a://` tables in every session (built by `dataflow_core.spark.platform.s3a`)."""
 
 
 def is_object_store(uri: str | os.PathLike[str] | None) -> bool:
