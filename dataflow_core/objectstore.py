@@ -11,6 +11,10 @@ the AWS SDKs' own, so a shell already set up for S3 needs nothing more:
   fall back to their own credential chains (instance profiles, ...)
 - `DATAFLOW_S3_PATH_STYLE`: `true`/`false`; by default path-style (`host/bucket/key`) with an
   endpoint, as most S3-compatible servers need, virtual-hosted without (AWS)
+- `DATAFLOW_S3_LOG_STORE`: Delta's log store class for S3 tables, by default the product's
+  (LOG_STORE_CLASS), which needs a store that honours `If-None-Match: *`; on one that does not,
+  `io.delta.storage.S3SingleDriverLogStore` works, safe with ONE writing driver per table only
+  (docs/deployment.md)
 
 Secrets never reach a message: `S3Settings`' repr leaves them out, and Spark redacts
 `fs.s3a.*.key` and `*token*` settings wherever it shows its configuration.
@@ -43,6 +47,7 @@ class S3Settings:
     access_key: str | None = field(default=None, repr=False)
     secret_key: str | None = field(default=None, repr=False)
     session_token: str | None = field(default=None, repr=False)
+    log_store: str = LOG_STORE_CLASS
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "S3Settings":
@@ -56,6 +61,7 @@ class S3Settings:
             access_key=env.get("AWS_ACCESS_KEY_ID") or None,
             secret_key=env.get("AWS_SECRET_ACCESS_KEY") or None,
             session_token=env.get("AWS_SESSION_TOKEN") or None,
+            log_store=env.get("DATAFLOW_S3_LOG_STORE") or LOG_STORE_CLASS,
         )
 
     @property
@@ -90,8 +96,8 @@ class S3Settings:
         Delta's log store for the `s3a` and `s3` schemes."""
         conf = {f"spark.hadoop.{key}": value for key, value in self.hadoop_conf().items()}
         conf["spark.hadoop.fs.s3.impl"] = "org.apache.hadoop.fs.s3a.S3AFileSystem"  # s3:// is S3A too
-        conf["spark.delta.logStore.s3a.impl"] = LOG_STORE_CLASS
-        conf["spark.delta.logStore.s3.impl"] = LOG_STORE_CLASS
+        conf["spark.delta.logStore.s3a.impl"] = self.log_store
+        conf["spark.delta.logStore.s3.impl"] = self.log_store
         return conf
 
     def storage_options(self) -> dict[str, str]:
