@@ -5,7 +5,8 @@ and read by delta-rs, each driver a process of its own as in production.
 - A billing backfill on S3 writes what the same backfill writes on a local folder, and the
   fast reader (`dataflow sql`, the pane explorer's `read`) reads it back from S3.
 - Two drivers appending to one table at the same moments, round after round: with the
-  product's log store every row lands and no log version is written twice. (With Delta's
+  product's log store every row lands and no log version is written twice; and the log store
+  alone, both drivers writing the same version within milliseconds: exactly one wins each time. (With Delta's
   default S3 log store commits are lost, at random: docs/deployment.md has the figures; the
   loss depends on timing, so it is measured there, not asserted here.)
 """
@@ -74,7 +75,7 @@ def test_backfill_on_s3_equals_the_same_backfill_on_a_local_folder(s3, tmp_path:
 
 def test_two_drivers_appending_to_one_s3_table_lose_no_commit(s3, tmp_path: Path, monkeypatch):
     env = _env(s3, DATAFLOW_WAREHOUSE="s3a://lake/race")
-    drivers = [subprocess.Popen([sys.executable, "-m", "tests.s3_append_driver", tag, other, str(ROUNDS),
+    drivers = [subprocess.Popen([sys.executable, "-m", "tests.s3_append_driver", "append,duel", tag, other, str(ROUNDS),
                                  str(tmp_path)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
                for tag, other in (("a", "b"), ("b", "a"))]
@@ -92,3 +93,10 @@ def test_two_drivers_appending_to_one_s3_table_lose_no_commit(s3, tmp_path: Path
            if key.endswith(".json")}
     assert len(log) == 1 + 2 * ROUNDS, sorted(log)  # the table's creation, then one commit per row
     assert set(log.values()) == {1}, {name: n for name, n in log.items() if n > 1}
+
+    # the log store alone, both drivers writing version N within milliseconds: one wins each
+    duels = [json.loads(line) for stdout, _ in outputs for line in stdout.splitlines() if '"won"' in line]
+    assert len(duels) == 2 * ROUNDS, duels
+    assert sorted(d["round"] for d in duels if d["won"]) == list(range(ROUNDS)), duels  # one winner a round
+    written = s3.versions("lake", "race/duel/_delta_log/")
+    assert len(written) == ROUNDS and set(written.values()) == {1}, written
