@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -64,11 +65,18 @@ class S3Server:
             marker = tree.findtext(f"{_NS}NextKeyMarker") or ""
 
     def requests(self) -> int:
-        """Requests served so far (moto's server logs one line each)."""
+        """Requests served so far (moto's server logs one line each, `"GET /... HTTP/1.1" 200`)."""
         log = _log_file(self.pid)
-        return sum(1 for line in log.read_text().splitlines() if '" 2' in line or '" 4' in line) if log.exists() else 0
+        return len(re.findall(r'HTTP/1\.[01]\S*"\s+\d{3}', log.read_text())) if log.exists() else 0
 
     def stop(self) -> None:
+        """End the server (SIGTERM, then SIGKILL after 5 s) and drop its log."""
+        try:
+            self._end()
+        finally:
+            _log_file(self.pid).unlink(missing_ok=True)
+
+    def _end(self) -> None:
         try:
             os.kill(self.pid, signal.SIGTERM)
         except ProcessLookupError:
