@@ -89,7 +89,7 @@ def test_two_drivers_appending_to_one_s3_table_lose_no_commit(s3, tmp_path: Path
         monkeypatch.setenv(key, value)
     rows = query.query("SELECT tag, count(*) AS n FROM race GROUP BY tag ORDER BY tag", "s3a://lake/race").table
     assert rows.to_pylist() == [{"tag": "a", "n": ROUNDS}, {"tag": "b", "n": ROUNDS}]
-    log = {key.rsplit("/", 1)[1]: count for key, count in s3.versions("lake", "race/_delta_log/").items()
+    log = {key.rsplit("/", 1)[1]: count for key, count in s3.versions("lake", "race/race/_delta_log/").items()
            if key.endswith(".json")}
     assert len(log) == 1 + 2 * ROUNDS, sorted(log)  # the table's creation, then one commit per row
     assert set(log.values()) == {1}, {name: n for name, n in log.items() if n > 1}
