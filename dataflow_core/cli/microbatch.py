@@ -32,7 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--reason instead of processing them, then run as usual")
     p.add_argument("--reason", default="", help="why batch N is skipped (kept with its quarantined rows)")
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
-    p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    p.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
 
 
