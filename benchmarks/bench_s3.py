@@ -5,7 +5,8 @@ On a local S3 server (moto's, tests/s3_server.py), in one run:
 1. one-row appends (a Delta commit each) on `s3a://` against a local folder, from one warm
    session: seconds per commit, and the object-store requests per commit (the server's log);
 2. the billing backfill of tests/s3_backfill_twin.py (300 sample rows, six hours) on S3 and
-   on a local folder in one process: seconds, and the requests it made;
+   on a local folder in one process, in both orders (the first pays the JVM's warm-up):
+   seconds, and the requests it made;
 3. the log store duel of tests/s3_append_driver.py (two drivers write log version N within
    milliseconds, ROUNDS times) with Delta's default S3 log store and with the product's:
    how many versions both drivers were told they had written (one of the two commits lost),
@@ -75,10 +76,13 @@ def appends(server: s3_server.S3Server, count: int) -> dict:
             "ratio": round(median["s3"] / median["local"], 2), "s3_requests_per_commit": round(per_commit, 1)}
 
 
-def backfill(server: s3_server.S3Server) -> dict:
+def backfill(server: s3_server.S3Server, local_first: bool) -> dict:
+    """The twin backfill; whichever warehouse goes first pays the JVM's warm-up, hence both orders."""
     with tempfile.TemporaryDirectory() as tmp:
         before = _requests(server)
-        child = subprocess.run([sys.executable, "-m", "tests.s3_backfill_twin", tmp, "s3a://lake/backfill"],
+        prefix = "backfill-local-first" if local_first else "backfill-s3-first"
+        child = subprocess.run([sys.executable, "-m", "tests.s3_backfill_twin", tmp, f"s3a://lake/{prefix}",
+                                *(["local-first"] if local_first else [])],
                                env={**os.environ, **server.env()}, cwd=ROOT, capture_output=True, text=True, check=True)
     out = json.loads(child.stdout.strip().splitlines()[-1])
     assert out["s3"]["rows"] == out["local"]["rows"]
@@ -111,6 +115,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--appends", type=int, default=10)
     parser.add_argument("--child-appends", nargs=3, metavar=("COUNT", "LOCAL", "S3"))
+    parser.add_argument("--only", default="appends,backfill,duel", help="comma-separated parts to run")
     args = parser.parse_args()
     if args.child_appends:
         _child_appends(args.child_appends[1], args.child_appends[2], int(args.child_appends[0]))
@@ -118,17 +123,21 @@ def main() -> int:
     server = s3_server.start()
     try:
         server.create_bucket("lake", versioning=True)
-        figures = {
-            "appends": appends(server, args.appends),
-            "backfill": backfill(server),
-            "duel_default_log_store": duel(server, DEFAULT_STORE, args.rounds, "duel-default"),
-            "duel_product_log_store": duel(server, None, args.rounds, "duel-product"),
-        }
+        only, figures = args.only.split(","), {}
+        if "appends" in only:
+            figures["appends"] = appends(server, args.appends)
+        if "backfill" in only:
+            figures["backfill_s3_first"] = backfill(server, local_first=False)
+            figures["backfill_local_first"] = backfill(server, local_first=True)
+        if "duel" in only:
+            figures["duel_default_log_store"] = duel(server, DEFAULT_STORE, args.rounds, "duel-default")
+            figures["duel_product_log_store"] = duel(server, None, args.rounds, "duel-product")
     finally:
         server.stop()
     print(json.dumps(figures, indent=2))
     out = ROOT / "benchmarks" / "results" / "s3.json"
-    out.write_text(json.dumps(figures, indent=2) + "\n")
+    previous = json.loads(out.read_text()) if out.exists() else {}
+    out.write_text(json.dumps({**previous, **figures}, indent=2) + "\n")  # parts not run keep their figures
     print(f"wrote {out}")
     return 0
 

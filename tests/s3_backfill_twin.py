@@ -6,8 +6,10 @@ jars, the log store) writes local folders as well, the other way round it cannot
 input is generated into each warehouse with the same seed, then `run_backfill` runs with the
 same processing time, so the two must agree row for row.
 
-`python -m tests.s3_backfill_twin LOCAL_WAREHOUSE S3_WAREHOUSE` (S3 settings from the
-environment); prints one JSON object: per warehouse, the billing rows and the seconds taken.
+`python -m tests.s3_backfill_twin LOCAL_WAREHOUSE S3_WAREHOUSE [local-first]` (S3 settings
+from the environment); prints one JSON object: per warehouse, the billing rows and the seconds
+taken. The first warehouse pays the JVM's warm-up (its first queries, the JIT), so
+benchmarks/bench_s3.py runs both orders.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ def billing_rows(spark) -> list[list]:
     return sorted([[str(v) for v in row] for row in frame.select(*columns).collect()])
 
 
-def main(local: str, s3: str) -> int:
+def main(local: str, s3: str, local_first: bool = False) -> int:
     from dataflow_core.sample.config import SampleConfig, parse_start
     from dataflow_core.sample.write import write_sample
     from dataflow_core.spark.jobs.backfill import run_backfill
@@ -37,7 +39,8 @@ def main(local: str, s3: str) -> int:
 
     spark = get_spark("s3-backfill-twin", master="local[2]", warehouse=s3)
     out = {}
-    for name, warehouse in (("s3", s3), ("local", local)):
+    order = [("s3", s3), ("local", local)]
+    for name, warehouse in reversed(order) if local_first else order:
         get_spark(warehouse=warehouse)
         config = SampleConfig(rows=ROWS, start=parse_start(START), span_hours=6.0)
         started = time.perf_counter()
@@ -52,4 +55,4 @@ def main(local: str, s3: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3:] == ["local-first"]))
