@@ -59,7 +59,15 @@ def _child_appends(local: str, s3: str, count: int) -> None:
 
 
 def _requests(server: s3_server.S3Server) -> int:
-    return server.requests()
+    return len(server.requests())
+
+
+def _kind(method: str, path: str) -> str:
+    """What a request was for: listing, probing, reading or writing the log or the data."""
+    if method == "GET" and ("list-type" in path or "prefix=" in path or "delimiter" in path):
+        return "LIST"
+    where = "log" if "/_delta_log/" in path else "data"
+    return f"{method} {where}"
 
 
 def appends(server: s3_server.S3Server, count: int) -> dict:
@@ -71,9 +79,14 @@ def appends(server: s3_server.S3Server, count: int) -> dict:
     times = json.loads(child.stdout.strip().splitlines()[-1])["appends"]
     median = {name: sorted(values)[len(values) // 2] for name, values in times.items()}
     # the warm-up overwrite and table creation are in the count too: a rough upper bound
-    per_commit = (_requests(server) - before) / (count + 1)
+    made = server.requests()[before:]
+    kinds: dict[str, int] = {}
+    for method, path in made:
+        kinds[_kind(method, path)] = kinds.get(_kind(method, path), 0) + 1
+    per_commit = {kind: round(n / (count + 1), 1) for kind, n in sorted(kinds.items(), key=lambda kv: -kv[1])}
     return {"commits": count, "s3_median_s": round(median["s3"], 3), "local_median_s": round(median["local"], 3),
-            "ratio": round(median["s3"] / median["local"], 2), "s3_requests_per_commit": round(per_commit, 1)}
+            "ratio": round(median["s3"] / median["local"], 2), "s3_requests_per_commit": round(len(made) / (count + 1), 1),
+            "s3_requests_per_commit_by_kind": per_commit}
 
 
 def backfill(server: s3_server.S3Server, local_first: bool) -> dict:

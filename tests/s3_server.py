@@ -64,10 +64,12 @@ class S3Server:
                 return counts
             marker = tree.findtext(f"{_NS}NextKeyMarker") or ""
 
-    def requests(self) -> int:
-        """Requests served so far (moto's server logs one line each, `"GET /... HTTP/1.1" 200`)."""
+    def requests(self) -> list[tuple[str, str]]:
+        """(method, path and query) of each request served so far (moto's server logs one
+        line each: `"GET /bucket/key?... HTTP/1.1" 200`, colours around the part in quotes)."""
         log = _log_file(self.pid)
-        return len(re.findall(r'HTTP/1\.[01]\S*"\s+\d{3}', log.read_text())) if log.exists() else 0
+        text = re.sub(r"\x1b\[[0-9;]*m", "", log.read_text()) if log.exists() else ""
+        return re.findall(r'"([A-Z]+) (\S+) HTTP/1\.[01]"\s+\d{3}', text)
 
     def stop(self) -> None:
         """End the server (SIGTERM, then SIGKILL after 5 s) and drop its log."""
