@@ -3,7 +3,7 @@
 The connector. pyspark ships Hadoop's client (3.5.0) without `hadoop-aws`, and `hadoop-aws`
 depends on the AWS SDK's `bundle`, one 686 MB jar of every AWS service. The set here is
 `hadoop-aws` of pyspark's Hadoop plus the few SDK modules S3A uses (`s3`,
-`s3-transfer-manager` and what they need), with the bundle excluded: about 12 MB. They are
+`s3-transfer-manager` and what they need), with the bundle excluded: 36 jars, 12.9 MB. They are
 pinned and checked like Delta's (`s3a-jars.lock` beside this module, written by `make lock`)
 and fetched into `.cache/` the first time a session's warehouse is on S3, not by `make setup`:
 a warehouse on a local folder never needs them.
@@ -40,7 +40,7 @@ AWS_SDK_VERSION = "2.35.4"
 """The AWS SDK v2 that Hadoop 3.5.0's `hadoop-aws` was built with (hadoop-project's
 `aws-java-sdk-v2.version`); its modules must be that version, not newer."""
 SDK_MODULES = ("s3", "s3-transfer-manager")
-"""What S3A calls; everything else comes as their dependencies (about 30 modules)."""
+"""What S3A calls; everything else comes as their dependencies (29 more modules)."""
 
 
 def hadoop_version() -> str:
