@@ -21,11 +21,9 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from dataflow_core.errors import DataflowError
@@ -84,19 +82,7 @@ def build_log_store() -> Path | None:
     target = log_store_jar_path()
     if target.is_file():
         return target
-    javac, jar = localfs._jdk_tool("javac"), localfs._jdk_tool("jar")
-    if javac is None or jar is None:
-        return None
-    class_path = os.pathsep.join([str(localfs._hadoop_jar()), _delta_storage_jar()])
-    with tempfile.TemporaryDirectory() as tmp:
-        classes = Path(tmp) / "classes"
-        subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", class_path,
-                        *map(str, sorted(SOURCES.rglob("*.java")))], check=True, capture_output=True, text=True)
-        built = Path(tmp) / JAR_NAME
-        subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True, capture_output=True, text=True)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(built, target)  # whole or not at all, whoever builds at the same moment
-    return target
+    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar()], target)
 
 
 def session_jars() -> list[str]:
