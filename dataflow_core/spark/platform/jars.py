@@ -14,6 +14,9 @@ changed) Spark's own Ivy resolves the dependency tree, as `make lock` does to wr
 
 The Maven artifact follows the installed pyspark: delta-spark 4.x publishes one
 artifact per Spark minor version, `io.delta:delta-spark_<spark major.minor>_2.13`.
+
+Every step takes a `JarSet`, Delta's by default: the S3A connector's jars (`s3a.py`, for a
+warehouse on S3) are a second set, locked, fetched and cached the same way.
 """
 
 from __future__ import annotations
