@@ -4,12 +4,13 @@
 #
 #   docker build -t dataflow-lakehouse .     (docker compose up --build does this for you)
 
-# bookworm: its OpenJDK is 17, the Java Spark 4 and Delta 4 are tested with.
+# bookworm: its OpenJDK is 17, the Java Spark 4 and Delta 4 are tested with. The JDK, not the
+# JRE: its javac builds the product's S3 log store and local file system classes below.
 FROM python:3.11-slim-bookworm
 
 ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+    && apt-get install -y --no-install-recommends openjdk-17-jdk-headless procps \
     && rm -rf /var/lib/apt/lists/* \
     && ln -s "$(dirname "$(dirname "$(readlink -f "$(command -v java)")")")" /usr/lib/jvm/java-17
 
@@ -43,7 +44,9 @@ COPY --chown=dataflow:0 dags ./dags
 RUN pip install --no-deps -e . && chown -R dataflow:0 /opt/dataflow
 
 USER dataflow
-# Resolve the Delta jars from Maven Central now, so containers start without network access.
-RUN python -m dataflow_core.spark.platform.jars
+# Resolve the Delta jars and the S3A connector's from Maven Central now, so containers start
+# without network access; build the S3 log store (a warehouse on s3a:// needs it).
+RUN python -m dataflow_core.spark.platform.jars && python -m dataflow_core.spark.platform.localfs \
+    && python -m dataflow_core.spark.platform.s3a --fetch
 
 ENV DATAFLOW_WAREHOUSE=/warehouse

@@ -38,7 +38,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "pipeline; make sure no process of it is still going")
     add_wait_option(p)
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
-    p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    p.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
 
 

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     run.add_argument("--to", dest="event_to", help="end of the event-time range (exclusive)")
     run.add_argument("--run-id", help="only this run's panes and watermark")
     run.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
-    run.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    run.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=main)
 
 

@@ -41,7 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--master", default=None,
                    help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None,
-                   help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+                   help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
 
 

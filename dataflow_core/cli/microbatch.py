@@ -41,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default), oldest files first; later runs go on from the checkpoint")
     add_wait_option(p)
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
-    p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    p.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
 
 

@@ -23,7 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="reset even though micro-batch N has not finished: it fails on every retry and cannot be "
                         "skipped (--skip-batch refused it); make sure no run of the pipeline is going")
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
-    p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
+    p.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
     p.set_defaults(func=run)
 
 

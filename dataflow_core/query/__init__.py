@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.objectstore import S3Settings, bucket_path, is_object_store
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -75,20 +76,23 @@ def list_tables(warehouse: str | None = None) -> list[str]:
 
 
 def _list_remote(root: str) -> list[str]:
+    """The tables under an `s3a://` root, listed with pyarrow on the store of the shared settings."""
+    if not is_object_store(root):
+        raise FastReaderUnsupported(f"the fast reader reads local folders and S3, not {root}")
     try:
         from pyarrow import fs as pafs
 
-        filesystem, path = pafs.FileSystem.from_uri(_storage_uri(root).replace("s3://", "s3://", 1))
+        filesystem, path = S3Settings.from_env().pyarrow_fs(), bucket_path(root)
         entries = filesystem.get_file_info(pafs.FileSelector(path, allow_not_found=True))
         names = []
         for entry in entries:
             if entry.type == pafs.FileType.Directory and _TABLE_NAME.fullmatch(entry.base_name):
-                log = filesystem.get_file_info(f"{entry.path}/_delta_log")
+                log = filesystem.get_file_info(f"{entry.path}/_delta_log")  # a prefix with objects
                 if log.type == pafs.FileType.Directory:
                     names.append(entry.base_name)
         return sorted(names)
     except Exception as exc:  # noqa: BLE001 - a storage error becomes one line
-        raise FastReaderUnsupported(f"cannot list the tables of {root} without Spark: {exc}") from None
+        raise FastReaderUnsupported(f"cannot list the tables of {root} without Spark: {_first_line(exc)}") from None
 
 
 def table_uri(name: str, warehouse: str | None = None) -> str:
@@ -111,8 +115,10 @@ def open_table(name: str, warehouse: str | None = None):
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    uri = table_uri(name, warehouse)
+    options = S3Settings.from_env().storage_options() if is_object_store(uri) else None
     try:
-        return DeltaTable(table_uri(name, warehouse))
+        return DeltaTable(uri, storage_options=options)
     except TableNotFoundError:
         raise DataflowError(_missing(name, resolve_warehouse(warehouse), list_tables(warehouse))) from None
     except Exception as exc:  # noqa: BLE001 - e.g. an unsupported reader feature

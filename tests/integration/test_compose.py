@@ -225,12 +225,13 @@ def test_dockerfile_builds_the_project_image():
     base = next(rest for keyword, rest in instructions if keyword == "FROM")
     assert re.match(r"python:3\.11-slim", base), base
     runs = " ".join(rest for keyword, rest in instructions if keyword == "RUN")
-    assert "openjdk-17-jre" in runs
+    assert "openjdk-17-jdk" in runs  # javac builds the S3 log store, which a warehouse on S3 needs
     assert "-r requirements.lock" in runs
     assert "pip install --no-deps -e ." in runs
     # Delta jars are resolved at build time by the project's own module.
     modules = re.findall(r"python -m ([\w.]+)", runs)
     assert "dataflow_core.spark.platform.jars" in modules
+    assert "dataflow_core.spark.platform.s3a" in modules
     for module in modules:
         path = ROOT / module.replace(".", "/")
         assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), (

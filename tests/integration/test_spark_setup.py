@@ -125,6 +125,32 @@ def test_the_lock_is_the_coordinate_the_installed_packages_need():
     assert any(j.group == "io.delta" and j.artifact.startswith("delta-spark_") for j in locked)
 
 
+def test_the_s3a_lock_is_for_pysparks_hadoop_and_holds_the_sdk_modules_not_its_bundle():
+    """A warehouse on S3 loads these (dataflow_core/spark/platform/s3a.py): `hadoop-aws` of the
+    Hadoop pyspark ships, and the AWS SDK's modules instead of its 686 MB bundle."""
+    from dataflow_core.spark.platform import s3a
+
+    coordinate, locked, _ = jars.read_lock(s3a.LOCK_FILE)
+    assert coordinate == s3a.jar_set().coordinate, "run `make lock` after changing pyspark"
+    assert any(j.artifact == "hadoop-aws" and j.version == s3a.hadoop_version() for j in locked)
+    sdk = [j for j in locked if j.group == "software.amazon.awssdk"]
+    assert {"s3", "s3-transfer-manager"} <= {j.artifact for j in sdk} and "bundle" not in {j.artifact for j in sdk}
+    assert {j.version for j in sdk} == {s3a.AWS_SDK_VERSION}
+
+
+def test_a_session_started_for_a_local_warehouse_refuses_to_switch_to_s3_in_one_line(spark):
+    """Its JVM has neither the S3A connector nor the S3 log store: a new process must start."""
+    from dataflow_core.errors import DataflowError
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF, get_spark
+
+    before = spark.conf.get(WAREHOUSE_CONF)
+    with pytest.raises(DataflowError, match=r"started for a local warehouse and cannot reach s3a://lake/x: "
+                                            r"run the command in a new process$"):
+        get_spark(warehouse="s3a://lake/x")
+    assert spark.conf.get(WAREHOUSE_CONF) == before
+    assert spark.conf.get("spark.delta.logStore.s3a.impl", None) is None  # local sessions load nothing of S3
+
+
 def test_session_loads_the_cached_jars_instead_of_resolving_packages(spark):
     manifest = jars.read_manifest()
     assert manifest is not None, "make setup did not cache the Delta jars"

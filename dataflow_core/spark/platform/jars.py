@@ -14,6 +14,9 @@ changed) Spark's own Ivy resolves the dependency tree, as `make lock` does to wr
 
 The Maven artifact follows the installed pyspark: delta-spark 4.x publishes one
 artifact per Spark minor version, `io.delta:delta-spark_<spark major.minor>_2.13`.
+
+Every step takes a `JarSet`, Delta's by default: the S3A connector's jars (`s3a.py`, for a
+warehouse on S3) are a second set, locked, fetched and cached the same way.
 """
 
 from __future__ import annotations
@@ -58,6 +61,23 @@ class JarManifest:
     repository: str
     jars: list[str]  # absolute paths passed to spark.jars
     provided_by_spark: list[str]  # coordinates left out: pyspark already ships that artifact
+
+
+@dataclass(frozen=True)
+class JarSet:
+    """One set of jars resolved, locked and cached together: Delta's (always), the S3A
+    connector's (`s3a.py`, only for a warehouse on object storage)."""
+
+    label: str  # names the set in messages
+    coordinate: str  # what Ivy resolves: one or more Maven coordinates, comma-separated
+    lock_file: Path
+    manifest_name: str
+    excludes: str = ""  # group:artifact pairs Ivy leaves out (spark.jars.excludes)
+
+
+def delta_set() -> JarSet:
+    """Delta's jars for the installed pyspark and delta-spark (LOCK_FILE read at call time)."""
+    return JarSet("Delta jars", delta_coordinate(), LOCK_FILE, MANIFEST_NAME)
 
 
 @dataclass(frozen=True)
@@ -109,14 +129,15 @@ def delta_coordinate() -> str:
     return f"io.delta:delta-spark_{spark_minor}_{SCALA_VERSION}:{installed_version('delta-spark')}"
 
 
-def read_manifest(cache: Path | None = None) -> JarManifest | None:
+def read_manifest(cache: Path | None = None, jar_set: JarSet | None = None) -> JarManifest | None:
     """The cached manifest if it matches the installed versions and its jars exist."""
-    path = (cache or cache_dir()) / MANIFEST_NAME
+    jar_set = jar_set or delta_set()
+    path = (cache or cache_dir()) / jar_set.manifest_name
     try:
         manifest = JarManifest(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         return None
-    if manifest.coordinate != delta_coordinate():
+    if manifest.coordinate != jar_set.coordinate:
         return None
     if not manifest.jars or not all(Path(jar).is_file() for jar in manifest.jars):
         return None
@@ -124,15 +145,16 @@ def read_manifest(cache: Path | None = None) -> JarManifest | None:
 
 
 def delta_jars(
-    cache: Path | None = None, repository: str | None = None, timeout: float | None = None
+    cache: Path | None = None, repository: str | None = None, timeout: float | None = None,
+    jar_set: JarSet | None = None,
 ) -> list[str]:
     """Jar files for `spark.jars`: from the cache, resolving them first if it is missing."""
     cache = cache or cache_dir()
-    manifest = read_manifest(cache)
+    manifest = read_manifest(cache, jar_set)
     if manifest is None:
         if timeout is None:
             timeout = float(os.environ.get("DATAFLOW_JAR_RESOLVE_TIMEOUT", "300"))
-        manifest = resolve_jars(cache, repository, timeout)
+        manifest = resolve_jars(cache, repository, timeout, jar_set=jar_set)
     return manifest.jars
 
 
@@ -142,6 +164,7 @@ def resolve_jars(
     timeout: float = DEFAULT_TIMEOUT_S,
     force: bool = False,
     use_lock: bool = True,
+    jar_set: JarSet | None = None,
 ) -> JarManifest:
     """Fetch the Delta jars into `cache` and write the manifest: the locked jars when the
     lock is for the installed coordinate (and `use_lock`), else whatever Spark's Ivy resolves.
@@ -152,19 +175,20 @@ def resolve_jars(
     """
     cache = (cache or cache_dir()).resolve()
     repository = repository or repository_url()
-    coordinate = delta_coordinate()
+    jar_set = jar_set or delta_set()
+    coordinate = jar_set.coordinate
     cache.mkdir(parents=True, exist_ok=True)
-    with _exclusive(cache / "delta-jars.flock"):
-        manifest = None if force else read_manifest(cache)
+    with _exclusive(cache / "delta-jars.flock"):  # one lock for every set: they share Ivy's cache
+        manifest = None if force else read_manifest(cache, jar_set)
         if manifest is not None:
             return manifest  # another process resolved them while we waited
-        locked = read_lock() if use_lock else None
+        locked = read_lock(jar_set.lock_file) if use_lock else None
         if locked is not None and locked[0] == coordinate:
-            manifest = _download(cache, repository, coordinate, locked[1], locked[2], timeout)
+            manifest = _download(cache, repository, jar_set, locked[1], locked[2], timeout)
         else:
-            output = _run_ivy(cache, repository, coordinate, timeout)
-            manifest = _manifest_from_ivy(cache / "ivy", coordinate, repository, output)
-        (cache / MANIFEST_NAME).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
+            output = _run_ivy(cache, repository, jar_set, timeout)
+            manifest = _manifest_from_ivy(_ivy_dir(cache, jar_set), jar_set, repository, output)
+        (cache / jar_set.manifest_name).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
     return manifest
 
 
@@ -181,10 +205,11 @@ def read_lock(path: Path | None = None) -> tuple[str, list[LockedJar], list[str]
     return lock["coordinate"], [LockedJar(**jar) for jar in lock["jars"]], lock["provided_by_spark"]
 
 
-def _download(cache: Path, repository: str, coordinate: str, locked: list[LockedJar], provided: list[str],
+def _download(cache: Path, repository: str, jar_set: JarSet, locked: list[LockedJar], provided: list[str],
               timeout: float) -> JarManifest:
     """The locked jars, straight from the repository, side by side, each checked against
     its sha256 before it takes its place."""
+    coordinate = jar_set.coordinate
     folder = cache / "jars"
     folder.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout
@@ -208,18 +233,18 @@ def _download(cache: Path, repository: str, coordinate: str, locked: list[Locked
                 reason = str(getattr(exc, "reason", exc))
                 if isinstance(exc, TimeoutError) or "timed out" in reason:
                     reason = f"no answer within {timeout:.0f}s"
-            raise _failure(coordinate, cache, repository, reason[:200]) from None
+            raise _failure(jar_set, cache, repository, reason[:200]) from None
         got = _sha256(partial)
         if got != jar.sha256:
             partial.unlink(missing_ok=True)
-            raise _failure(coordinate, cache, repository,
-                           f"{url} has sha256 {got}, but {LOCK_FILE.name} says {jar.sha256}")
+            raise _failure(jar_set, cache, repository,
+                           f"{url} has sha256 {got}, but {jar_set.lock_file.name} says {jar.sha256}")
         partial.replace(target)
         return str(target)
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         jars = sorted(pool.map(fetch, locked))
-    print(f"fetched {len(jars)} locked jars of {coordinate} from {repository} in "
+    print(f"fetched {len(jars)} locked jars of {jar_set.label} ({coordinate}) from {repository} in "
           f"{time.monotonic() - started:.0f}s", file=sys.stderr)
     return JarManifest(coordinate, repository, jars, list(provided))
 
@@ -252,17 +277,18 @@ def _coordinate_of(file_name: str) -> tuple[str, str, str]:
     return match.group(1), match.group(2), match.group(3)
 
 
-def _failure(coordinate: str, cache: Path, repository: str, reason: str) -> DataflowError:
+def _failure(jar_set: JarSet, cache: Path, repository: str, reason: str) -> DataflowError:
     return DataflowError(
-        f"Delta jars {coordinate} are not cached in {cache} and could not be resolved "
+        f"{jar_set.label} {jar_set.coordinate} are not cached in {cache} and could not be resolved "
         f"from {repository} ({reason}): {_SETUP_HINT} (or set DATAFLOW_MAVEN_REPO to a "
         "reachable Maven mirror)"
     )
 
 
-def _run_ivy(cache: Path, repository: str, coordinate: str, timeout: float) -> str:
+def _run_ivy(cache: Path, repository: str, jar_set: JarSet, timeout: float) -> str:
     """Run `spark-submit --packages` on an empty script: Spark's Ivy resolves and copies jars."""
-    ivy_dir = cache / "ivy"
+    coordinate = jar_set.coordinate
+    ivy_dir = _ivy_dir(cache, jar_set)
     shutil.rmtree(ivy_dir / "jars", ignore_errors=True)  # only this resolution's jars stay
     settings = cache / "ivysettings.xml"
     settings.write_text(_ivy_settings(ivy_dir / "cache", repository))
@@ -275,6 +301,7 @@ def _run_ivy(cache: Path, repository: str, coordinate: str, timeout: float) -> s
         str(home / "bin" / "spark-submit"),
         "--conf", f"spark.jars.ivySettings={settings}",
         "--conf", f"spark.jars.ivy={ivy_dir}",
+        *(["--conf", f"spark.jars.excludes={jar_set.excludes}"] if jar_set.excludes else []),
         "--packages", coordinate,
         str(noop),
     ]  # fmt: skip
@@ -292,14 +319,20 @@ def _run_ivy(cache: Path, repository: str, coordinate: str, timeout: float) -> s
     except subprocess.TimeoutExpired:
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
-        raise _failure(coordinate, cache, repository, f"no answer within {timeout:.0f}s") from None
+        raise _failure(jar_set, cache, repository, f"no answer within {timeout:.0f}s") from None
     if process.returncode != 0:
-        raise _failure(coordinate, cache, repository, _ivy_reason(output, process.returncode))
+        raise _failure(jar_set, cache, repository, _ivy_reason(output, process.returncode))
     print(
         f"resolved {coordinate} from {repository} in {time.monotonic() - started:.0f}s",
         file=sys.stderr,
     )
     return output
+
+
+def _ivy_dir(cache: Path, jar_set: JarSet) -> Path:
+    """Ivy's folder for one set: each retrieves into its own `jars/`, which the next
+    resolution of that set empties, so one set's resolution never takes another's jars."""
+    return cache / ("ivy" if jar_set.manifest_name == MANIFEST_NAME else f"ivy-{Path(jar_set.manifest_name).stem}")
 
 
 def _ivy_settings(ivy_cache: Path, repository: str) -> str:
@@ -328,7 +361,7 @@ def _ivy_reason(output: str, returncode: int) -> str:
 
 
 def _manifest_from_ivy(
-    ivy_dir: Path, coordinate: str, repository: str, output: str
+    ivy_dir: Path, jar_set: JarSet, repository: str, output: str
 ) -> JarManifest:
     """List the retrieved jars, leaving out artifacts pyspark already ships.
 
@@ -338,7 +371,7 @@ def _manifest_from_ivy(
     """
     retrieved = sorted((ivy_dir / "jars").glob("*.jar"))
     if not retrieved:
-        raise _failure(coordinate, ivy_dir.parent, repository, "Ivy retrieved no jar files")
+        raise _failure(jar_set, ivy_dir.parent, repository, "Ivy retrieved no jar files")
     found = {f"{org}_{artifact}-{rev}": (org, artifact, rev)
              for org, artifact, rev in re.findall(r"found (\S+)#(\S+);(\S+) in", output)}
     shipped = {jar.name for jar in (spark_home() / "jars").glob("*.jar")}
@@ -351,7 +384,7 @@ def _manifest_from_ivy(
             provided.append(f"{org}:{artifact}:{rev}")
         else:
             jars.append(str(jar))
-    return JarManifest(coordinate, repository, jars, provided)
+    return JarManifest(jar_set.coordinate, repository, jars, provided)
 
 
 @contextmanager

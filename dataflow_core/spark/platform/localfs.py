@@ -66,14 +66,21 @@ def build_jar() -> Path | None:
     target = jar_path()
     if target.is_file():
         return target
+    return compile_jar(sorted(SOURCES.glob("*.java")), [_hadoop_jar()], target)
+
+
+def compile_jar(sources: list[Path], class_path: list[Path | str], target: Path) -> Path | None:
+    """Compile `sources` against `class_path` with the JDK's javac into the jar `target`;
+    None when there is no JDK. (The S3 log store, `s3a.py`, is built the same way.)"""
     javac, jar = _jdk_tool("javac"), _jdk_tool("jar")
     if javac is None or jar is None:
         return None
     with tempfile.TemporaryDirectory() as tmp:
         classes = Path(tmp) / "classes"
-        subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes), "-cp", str(_hadoop_jar()),
-                        *map(str, sorted(SOURCES.glob("*.java")))], check=True, capture_output=True, text=True)
-        built = Path(tmp) / JAR_NAME
+        subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes),
+                        "-cp", os.pathsep.join(map(str, class_path)), *map(str, sources)],
+                       check=True, capture_output=True, text=True)
+        built = Path(tmp) / target.name
         subprocess.run([jar, "cf", str(built), "-C", str(classes), "."], check=True, capture_output=True, text=True)
         target.parent.mkdir(parents=True, exist_ok=True)
         os.replace(built, target)  # whole or not at all, whoever builds at the same moment

@@ -11,9 +11,11 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dataflow_core.errors import DataflowError
 from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import delta_jars
 from dataflow_core.spark.platform.java import check_java
+from dataflow_core.objectstore import S3Settings, is_object_store
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -84,7 +86,11 @@ def get_spark(
         active = SparkSession.builder.getOrCreate()  # running, but created in another thread
     if active is not None:
         if warehouse is not None or os.environ.get("DATAFLOW_WAREHOUSE"):
-            active.conf.set(WAREHOUSE_CONF, resolve_warehouse(warehouse))
+            root = resolve_warehouse(warehouse)
+            if is_object_store(root) and not active.conf.get("spark.delta.logStore.s3a.impl", None):
+                raise DataflowError(f"this process's Spark session was started for a local warehouse and "
+                                    f"cannot reach {root}: run the command in a new process")
+            active.conf.set(WAREHOUSE_CONF, root)
         return active
 
     check_java()
@@ -96,11 +102,18 @@ def get_spark(
     local = master.startswith("local")
     if local:  # the driver talks only to itself; skips the "hostname resolves to loopback" warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    fs_conf = localfs.driver_setup(master)  # local disks without a process per file, when built
+    jars = delta_jars()
+    if is_object_store(root):  # the S3A connector and the log store that commits safely there
+        from dataflow_core.spark.platform import s3a
+
+        jars += s3a.session_jars()
+        fs_conf = S3Settings.from_env().spark_conf()
+    else:  # local disks without a process per file, when built
+        fs_conf = localfs.driver_setup(master)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
-        .config("spark.jars", ",".join(delta_jars()))
+        .config("spark.jars", ",".join(jars))
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")  # no Derby metastore_db
