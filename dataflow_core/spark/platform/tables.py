@@ -58,9 +58,15 @@ def table_path(spark: "SparkSession", name: str) -> str:
 
 
 def table_exists(spark: "SparkSession", name: str) -> bool:
-    """True if `<warehouse>/<name>` holds a Delta table."""
+    """True if `<warehouse>/<name>` holds a Delta table. Delta answers from the snapshot it
+    cached for the path, so a "no" is checked again with a fresh listing of the table's log:
+    another process may have made the table since this one last looked (a long-running
+    `--loop`, a test beside the runs it starts)."""
+    path = table_path(spark, name)
     delta_table = jvm_class(spark, "io.delta.tables.DeltaTable")
-    return bool(delta_table.isDeltaTable(spark._jsparkSession, table_path(spark, name)))
+    if delta_table.isDeltaTable(spark._jsparkSession, path):
+        return True
+    return path_exists(spark, f"{path}/_delta_log") and snapshot_version(spark, path) >= 0
 
 
 def list_tables(spark: "SparkSession") -> list[str]:
