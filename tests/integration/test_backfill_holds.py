@@ -103,7 +103,7 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
     warehouse with output, both waiting: the tables equal a recomputation and every window is
     one history; the first micro-batch then goes live over them without counting anything twice."""
     spec = _spec()
-    rows = _days_of_views(4)
+    rows = _days_of_views(3)  # May 1 to 3: what the two ranges cover
     warehouse = tmp_path / "wh"
     with in_warehouse(spark, warehouse):
         write_input(spark, spec.input_table, rows)
