@@ -1,7 +1,9 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
 #                 Delta jars cached in .cache/, the local file system's jar built there where a
-#                 JDK is (docs/setup.md; idempotent; re-installs when the lock changes)
+#                 JDK is, the Data Docs' styles and scripts (npm packages, pinned in
+#                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/ (docs/setup.md;
+#                 idempotent; re-installs when the lock changes)
 #   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
@@ -52,6 +54,7 @@ setup: $(VENV)/.ready
 	@$(PY) -m compileall -q -j 0 dataflow_core jobs pipelines dags tests >/dev/null
 	@$(PY) -m dataflow_core.spark.platform.jars
 	@$(PY) -m dataflow_core.spark.platform.localfs
+	@$(PY) -m dataflow_core.quality.assets
 
 $(PY):
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'

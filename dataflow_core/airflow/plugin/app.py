@@ -6,8 +6,12 @@ event-time range: the page shows the key's pane diagram (elements, watermark, ev
 retraction, drawn as `dataflow diagram --pipeline --key` draws it), its results rows and its
 pane log. Everything is read from the Delta tables through the fast reader (no Spark).
 
-Only users logged in to Airflow see it: the request must carry Airflow's session cookie (or
-a bearer token) that Airflow's auth manager accepts.
+It also serves the Great Expectations Data Docs site of the warehouse at `data-docs/`
+(Browse -> "Data Docs"; the gates' task logs link there), styled from local copies of its CSS
+and scripts (`dataflow_core/quality/assets.py`), so it needs no internet and no file path.
+
+Only users logged in to Airflow see either: the request must carry Airflow's session cookie
+(or a bearer token) that Airflow's auth manager accepts.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any, Sequence
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from dataflow_core.errors import DataflowError
 
@@ -63,6 +67,31 @@ async def keys(request: Request, pipeline: str, stage: str | None = None, q: str
         return JSONResponse({"keys": search_keys(get(pipeline), stage or None, q, _warehouse())})
     except DataflowError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
+
+
+@app.get("/data-docs")
+async def data_docs_root_page() -> Response:
+    return RedirectResponse(URL_PREFIX + "/data-docs/index.html")
+
+
+@app.get("/data-docs/{path:path}")
+async def data_docs(request: Request, path: str) -> Response:
+    """A file of the Data Docs site (pages, their local CSS, scripts and fonts); never one
+    outside the site."""
+    problem = await _login_problem(request)
+    if problem:
+        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">Log in to Airflow first '
+                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
+                            status_code=401)
+    from dataflow_core.quality.docs import data_docs_root, site_index
+
+    site = site_index(data_docs_root(_warehouse())).parent.resolve()
+    file = (site / (path or "index.html")).resolve()
+    if not file.is_relative_to(site) or not file.is_file():
+        message = ("No Data Docs yet: a gate builds them (run a backfill or a micro-batch first)."
+                   if not site.is_dir() else f"No such Data Docs page: {html.escape(path)}")
+        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">{message}</p>'), status_code=404)
+    return FileResponse(file)
 
 
 @app.get("/", response_class=HTMLResponse)
