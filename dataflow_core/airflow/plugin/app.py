@@ -140,15 +140,28 @@ def render_page(pipeline: str | None, stage: str | None, key: str, event_from: s
         c = view.counts
         parts.append(
             f'<h2>Key {html.escape(view.key)} <small>{view.range_text[0]} to {view.range_text[1]}</small></h2>'
-            f'<p id="counts">{c["elements"]} elements, {c["panes"]} panes, {c["retractions"]} retractions</p>'
-            f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
-            f'data-elements="{c["elements"]}">{view.svg}</div>'
+            + _counts(c)
+            + f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
+            f'data-elements="{c["elements"]}" data-watermark-steps="{c["watermark_steps"]}">{view.svg}</div>'
+            '<p class="hint">Hover over a pane, an element or a watermark mark for its value and times '
+            '(labels that would overlap another are left out).</p>'
             f'<h3>Results ({len(view.results)} rows, table {html.escape(view.stage)})</h3>'
             + _table("results", view.results)
             + f'<h3>Pane log ({len(view.panes)} rows, table {html.escape(view.stage)}_panes)</h3>'
             + _table("pane-log", view.panes, row_class=lambda r: "retraction" if r.get("is_retraction") else "pane")
         )
     return _document("Pane explorer", "\n".join(parts))
+
+
+def _counts(c: dict[str, int]) -> str:
+    """Rows read split as the runs' ledgers split them, so a count never mixes what was
+    aggregated with duplicates and quarantined rows."""
+    rows = (f'<span id="count-read">{c["read"]:,}</span> rows read: '
+            f'<span id="count-accepted">{c["accepted"]:,}</span> accepted, '
+            f'<span id="count-duplicates">{c["duplicates"]:,}</span> duplicates, '
+            f'<span id="count-quarantined">{c["quarantined"]:,}</span> quarantined')
+    return (f'<p id="counts">{rows}; {c["panes"]:,} panes, {c["retractions"]:,} retractions; '
+            f'{c["watermark_steps"]:,} watermark steps</p>')
 
 
 def _form(names: Sequence[str], pipeline: str, stages: Sequence[str], stage: str, key: str, view: Any,
