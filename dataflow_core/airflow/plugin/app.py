@@ -254,6 +254,6 @@ th, td {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; white-spac
 tr.retraction td {{ color: #555; font-style: italic; }}
 .null {{ color: #999; }}
 </style></head>
-<body><h1>Pane explorer</h1>
+<body><h1>Pane explorer <small class="hint"><a href="data-docs/index.html" id="data-docs-link">Data Docs</a></small></h1>
 {body}
 </body></html>"""

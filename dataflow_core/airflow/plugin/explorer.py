@@ -153,7 +153,8 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         results = query(f"SELECT * FROM {st.output} WHERE {_key_filter(key)} AND {in_range} ORDER BY window_start",
                         warehouse).table.to_pylist()
     rows = [{c: r[c] for c in PANE_LOG_COLUMNS} for r in panes.to_dict("records")]
-    kinds = [e.kind for e in history.elements]
+    # Every row read, also one the diagram cannot place (no ingest time: quarantined).
+    kinds = list(elements["element_kind"]) if "element_kind" in elements else [e.kind for e in history.elements]
     counts = {
         "panes": sum(not p.retraction for p in history.panes),
         "retractions": sum(p.retraction for p in history.panes),
