@@ -22,7 +22,7 @@ MIN_BREAK_MS = 3_600_000  # a gap shorter than an hour is never compressed
 BREAK_SHARE = 0.25  # ... nor one under this share of the whole span
 BREAK_HEIGHT = 0.06  # of the axis, per break
 MIN_SEGMENT_HEIGHT = 0.3  # of the axis: a cluster of one moment still gets room
-POINT_PAD_MS = 60_000  # around a cluster of one moment
+POINT_PAD_MS = 300_000  # around a cluster of one moment: ticks in whole minutes
 
 TICK_STEPS_MS = [
     1_000, 2_000, 5_000, 10_000, 15_000, 30_000,

@@ -156,7 +156,7 @@ def draw(history: History, *, event_range: tuple[Instant, Instant] | None = None
     _legend(fig, sorted({e.kind for e in history.elements} - {"accepted"}))
     top = 1 - (0.8 + 0.15 * title.count("\n")) / fig.get_figheight()
     bottom = 0.85 / fig.get_figheight()
-    fig.subplots_adjust(left=0.14, right=0.97, top=top, bottom=bottom, hspace=0.25)
+    fig.subplots_adjust(left=0.17, right=0.97, top=top, bottom=bottom, hspace=0.25)
     _thin_labels(fig, axes)
     return fig
 
@@ -169,10 +169,10 @@ def _thin_labels(fig: Any, axes: Any) -> None:
     from dataflow_core.diagram.axis import thin
 
     renderer = FigureCanvasAgg(fig).get_renderer()
-    rank = {"label-pane": 0, "label-retraction": 1, "label-element": 2}
+    rank = {"label-pane": 0, "label-retraction": 1, "label-watermark": 2, "label-element": 3}
     for ax in axes:
         labels = [t for t in ax.texts if (t.get_gid() or "").startswith("label-")]
-        labels.sort(key=lambda t: rank[t.get_gid().rsplit("-", 1)[0]])
+        labels.sort(key=lambda t: rank["-".join(t.get_gid().split("-")[:2])])
         boxes = []
         for t in labels:
             extent = t.get_window_extent(renderer)
@@ -280,6 +280,14 @@ def _panel(ax: Any, panel: int, key: Hashable, history: History, xs: tuple[int, 
             mark.set_gid(f"watermark-step-{panel}-{n}")
             titles[f"watermark-step-{panel}-{n}"] = (
                 f"watermark {_instant_text(step.watermark)} at processing time {_instant_text(step.processing_time)}")
+            if not x_lo < step.watermark < x_hi:  # off the event range: the line runs along an edge, say where it is
+                beyond = step.watermark >= x_hi
+                note = ax.text(X(step.watermark), Y(max(step.processing_time, y_lo)),
+                               (f"watermark {_instant_text(step.watermark)[:16]} \u2192 " if beyond
+                                else f" \u2190 watermark {_instant_text(step.watermark)[:16]}"),
+                               ha="right" if beyond else "left", va="bottom", fontsize=7, color=WATERMARK_COLOUR,
+                               zorder=6, bbox=_LABEL_BOX)
+                note.set_gid(f"label-watermark-{panel}-{n}")
 
     # Elements: dots with their values; a dot behind the watermark when it arrived is late.
     mine = [(i, e) for i, e in enumerate(history.elements) if e.key == key]
