@@ -245,26 +245,25 @@ def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
              input_gate: Mapping[str, Any] | None, output_gate: Mapping[str, Any] | None) -> tuple[bool, str]:
     """The run's status and each gate's outcome in one line, from what the tasks returned (None:
     the task failed or never ran, since a failed task returns nothing): whether the run
-    succeeded, and the line. Pure, so that the first line of `summary` can be trusted."""
+    succeeded, and the line. The verdicts come first (a log viewer may cut a long line), the
+    details after. Pure, so that the first line of `summary` can be trusted."""
     done = [d for d in days if d]
     expected = len(plan.get("days") or []) or len(done)
     balanced = all(d.get("ledger_ok") for d in done)
-    if input_gate is None:
-        gate_in = "input gate FAILED or did not run"
+    gate_in = "input gate passed" if input_gate is not None else "input gate FAILED or did not run"
+    if output_gate is not None:
+        gate_out = "output gate passed"
     else:
-        gate_in = (f"input gate passed ({int(input_gate.get('rows', 0)):,} rows, "
-                   f"{int(input_gate.get('quarantined', 0)):,} quarantined)")
-    if output_gate is None:
-        gate_out = "output gate FAILED" if len(done) == expected and done else "output gate did not run"
-    else:
-        checked = ", ".join(output_gate.get("checked") or []) or "nothing"
-        gate_out = f"output gate passed ({checked}; {int(output_gate.get('rows', 0)):,} rows)"
+        gate_out = "output gate FAILED" if done and len(done) == expected and balanced else "output gate did not run"
     ok = input_gate is not None and output_gate is not None and len(done) == expected and balanced
-    days_text = f"{len(done)} of {expected} day(s) done" + ("" if balanced else ", a ledger DOES NOT balance")
-    mode = "replay" if plan.get("replay") else "batch"
-    where = f"[{plan.get('start', '?')}, {plan.get('end', '?')})"
-    return ok, (f"{'SUCCEEDED' if ok else 'FAILED'}: backfill of {plan.get('pipeline', '?')} over {where}, {mode}: "
-                f"{gate_in}; {days_text}; {gate_out}")
+    days_text = f"{len(done)} of {expected} day(s) done" + ("" if balanced else " (a ledger DOES NOT balance)")
+    details = [f"backfill of {plan.get('pipeline', '?')} over [{plan.get('start', '?')}, {plan.get('end', '?')}), "
+               f"{'replay' if plan.get('replay') else 'batch'}"]
+    if input_gate is not None:
+        details.append(f"input: {int(input_gate.get('rows', 0)):,} rows, {int(input_gate.get('quarantined', 0)):,} quarantined")
+    if output_gate is not None:
+        details.append(f"output: {int(output_gate.get('rows', 0)):,} rows of {', '.join(output_gate.get('checked') or [])}")
+    return ok, f"{'SUCCEEDED' if ok else 'FAILED'}: {gate_in}, {days_text}, {gate_out} | " + "; ".join(details)
 
 
 def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
