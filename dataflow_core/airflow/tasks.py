@@ -258,7 +258,7 @@ def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
     ok = input_gate is not None and output_gate is not None and len(done) == expected and balanced
     days_text = f"{len(done)} of {expected} day(s) done" + ("" if balanced else " (a ledger DOES NOT balance)")
     details = [f"backfill of {plan.get('pipeline', '?')} over [{plan.get('start', '?')}, {plan.get('end', '?')}), "
-               f"{'replay' if plan.get('replay') else 'batch'}"]
+               f"{'replay' if plan.get('replay') else 'batch'}: {len(done)} day(s)"]
     if input_gate is not None:
         details.append(f"input: {int(input_gate.get('rows', 0)):,} rows, {int(input_gate.get('quarantined', 0)):,} quarantined")
     if output_gate is not None:

@@ -254,7 +254,7 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     # Its first line says how the run and each gate ended (issue 51, fault 7).
     headline = next(t for t in texts if "backfill of billing over" in t)
     assert headline.startswith("SUCCEEDED: input gate passed, 1 of 1 day(s) done, output gate passed | "
-                               "backfill of billing over [2024-05-01, 2024-05-02), batch; input: "), headline
+                               "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s); input: "), headline
     assert texts.index(headline) < next(i for i, t in enumerate(texts) if "ledger (all days)" in t)
     ledger_at = next(i for i, t in enumerate(texts) if "read = accepted + duplicates + quarantined" in t)
     post = [i for i, t in enumerate(texts) if "Post Execute" in t]
