@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -31,6 +32,9 @@ def site_index(root: Path | str) -> Path:
 
 
 OFFLINE_MARK = "<!-- dataflow: local assets -->"
+# GE's logo, loaded from its web-assets bucket with the data context's id in the query (a
+# request to the internet from every page view): the site's own copy instead.
+_GE_IMAGE = re.compile(r'"https://great-expectations-web-assets\.s3\.[^"/]*/([A-Za-z0-9_.-]+)(?:\?[^"]*)?"')
 VENDOR = "static/vendor"
 
 
@@ -62,6 +66,10 @@ def make_offline(site: Path | str, assets: Path | None = None) -> int:
         up = "../" * (len(page.relative_to(site).parts) - 1)
         for url, (spec, file) in ASSETS.items():
             text = text.replace(f'"{url}"', f'"{up}{VENDOR}/{package_dir(spec)}/{file}"')
+        # Same-origin copies: no CORS mode (which file:// pages cannot use for their scripts).
+        text = text.replace(' crossorigin="anonymous"', "")
+        text = _GE_IMAGE.sub(lambda m: f'"{up}static/images/{m.group(1)}"'
+                             if (site / "static" / "images" / m.group(1)).is_file() else m.group(0), text)
         at = text.find("</head>")
         page.write_text((text[:at] + OFFLINE_MARK + text[at:]) if at >= 0 else text + OFFLINE_MARK, encoding="utf-8")
         changed += 1
