@@ -8,9 +8,13 @@ task and the gates have finished (runs of several days, days at once: test_dags_
 collapsed "Post Execute" group) and opens the pane explorer (Browse -> Pane explorer) on a key,
 whose diagram must draw exactly the panes and retractions of the pane log it lists. The Delta
 output is then read with Spark SQL. Last, `make airflow-stop` is run while a task and its Spark
-JVM are running, and no process of that Airflow may be left. Screenshots (the form's refusal,
-the form, the grid, the mapped days, the summary log, the explorer) are kept in
-`$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
+JVM are running, and no process of that Airflow may be left. Between the two, on the same
+Airflow (issue 51): `dataflow_microbatch_once` runs a batch from its form while the scheduled
+micro-batch DAG stays paused; the explorer draws the watermark and no two labels' rendered
+boxes overlap; the Data Docs open from the link the gate logs, styled, with every request to
+another host refused. Screenshots (the form's refusal, the form, the grid, the mapped days,
+the summary log, the explorer, the one-off micro-batch, the watermark, the Data Docs) are kept
+in `$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
 
 Needs Debian's `chromium` (`/usr/bin/chromium`; `.ci/run` installs it) and the `playwright`
 package; Playwright never downloads a browser here.
