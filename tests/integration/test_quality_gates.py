@@ -256,5 +256,3 @@ def test_input_rules_carry_the_pipeline_settings():
 def test_input_gate_on_a_missing_table_is_one_line(spark, wh):
     with pytest.raises(DataflowError, match="table 'video_events' not found"):
         gate_input(spark, "billing", "2024-05-01", "2024-05-02", "g", docs_dir=wh / "docs")
-
-
