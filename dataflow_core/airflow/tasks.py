@@ -374,8 +374,7 @@ def completeness(timer: int | None, now_ms: float) -> str:
     when = format_instant(timer)
     if timer < now_ms:
         return f"a processing-time timer was due at {when}: the next batch fires it"
-    return (f"a processing-time timer is due at {when}: the results of its windows are incomplete until "
-            f"a batch runs after it (the next scheduled batch, or dataflow_microbatch_once's fire_due_timer)")
+    return f"a processing-time timer is due at {when}: the results of its windows are incomplete until a batch runs after it"
 
 
 def finished_batches(pipeline: str, warehouse: str | None = None) -> list[int]:

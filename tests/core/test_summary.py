@@ -39,3 +39,14 @@ def test_summary_logs_the_headline_first_and_returns_the_status():
     result = summarize(PLAN, as_list(DAYS), OUTPUT, say=said.append, input_gate=INPUT)
     assert said[0].startswith("SUCCEEDED: ") and result["succeeded"] and result["read"] == 7
     assert as_list(None) == [] and as_list(DAYS[0]) == [DAYS[0]] and as_list([None, DAYS[1]]) == [DAYS[1]]
+
+
+def test_completeness_says_when_live_results_are_complete():
+    from dataflow_core.airflow.tasks import completeness
+    from dataflow_core.model.time import parse_instant
+
+    timer = parse_instant("2026-11-28T17:00:00Z")
+    assert completeness(None, timer).startswith("no processing-time timer is pending")
+    assert completeness(timer, timer - 1) == ("a processing-time timer is due at 2026-11-28T17:00:00.000Z: the results "
+                                              "of its windows are incomplete until a batch runs after it")
+    assert "the next batch fires it" in completeness(timer, timer + 1)
