@@ -4,7 +4,10 @@
 Pick a pipeline, a stage and a key (the search box lists matching keys, busiest first) and an
 event-time range: the page shows the key's pane diagram (elements, watermark, every pane and
 retraction, drawn as `dataflow diagram --pipeline --key` draws it), its results rows and its
-pane log. Everything is read from the Delta tables through the fast reader (no Spark).
+pane log. Everything is read from the Delta tables through the fast reader (no Spark). The
+counts split the rows read into accepted, duplicates and quarantined (`explorer.element_kinds`)
+and the watermark comes from every kind of run (`explorer.watermark_steps`), so that neither
+is a number a reader has to second-guess.
 
 It also serves the Great Expectations Data Docs site of the warehouse at `data-docs/`
 (Browse -> "Data Docs"; the gates' task logs link there), styled from local copies of its CSS
