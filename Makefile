@@ -2,7 +2,9 @@
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
 #                 Delta jars cached in .cache/, the local file system's jar and the S3 log
 #                 store's built there where a JDK is, the S3 server's own venv in
-#                 .cache/s3-server (docs/setup.md; idempotent; re-installs when a lock changes)
+#                 .cache/s3-server, the Data Docs' styles and scripts (npm packages, pinned in
+#                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/ (docs/setup.md;
+#                 idempotent; re-installs when a lock changes)
 #   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
@@ -67,6 +69,7 @@ setup: $(VENV)/.ready $(S3_SERVER_READY)
 	@$(PY) -m dataflow_core.spark.platform.jars
 	@$(PY) -m dataflow_core.spark.platform.localfs
 	@$(PY) -m dataflow_core.spark.platform.s3a
+	@$(PY) -m dataflow_core.quality.assets
 
 $(PY):
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'

@@ -10,7 +10,8 @@ refused before a run exists. Tasks:
 input table exists) without Spark; `gate_input` validates the range's input rows with Great
 Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
 day (at most "days at once" of them at a time); `gate_output` checks every stage's pane log
-and results for the windows the days touched; `summary` logs and returns the ledger.
+and results for the windows the days touched; `summary` says in its first line whether the run
+succeeded and how each gate ended (it runs after a failure too), then logs the ledger.
 
 Days of one pipeline write one at a time: each day's backfill holds the pipeline
 (`sinks.holds`), and a day that finds it held is rescheduled (the waiting form, as
@@ -122,17 +123,25 @@ def dataflow_backfill() -> None:
 
         return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"], written=add_written(days))
 
-    @task
-    def summary(plan: dict[str, Any], days: list[dict[str, Any]], gates: dict[str, Any]) -> dict[str, Any]:
-        from dataflow_core.airflow.tasks import summarize
+    # all_done: the summary runs after a failure too, and its first line says what failed;
+    # it then fails itself, so the run's state is the truth. What a task returned is pulled,
+    # not passed: a failed task returned nothing, which an argument could not express.
+    @task(trigger_rule="all_done")
+    def summary(**context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import as_list, summarize
 
-        return summarize(plan, days, gates)
+        ti = context["ti"]
+        plan = ti.xcom_pull(task_ids="check_request") or dict(context["params"])
+        result = summarize(plan, as_list(ti.xcom_pull(task_ids="backfill_day")),
+                           ti.xcom_pull(task_ids="gate_output"), input_gate=ti.xcom_pull(task_ids="gate_input"))
+        if not result["succeeded"]:
+            raise AirflowFailException("the backfill failed: see the first line of this log")
+        return result
 
     plan = check_request()
     gate = gate_input(plan)
     days = backfill_day.partial(plan=plan).expand(day=days_of(plan, gate))
-    gates = gate_output(plan, days)
-    summary(plan, days, gates)
+    gate_output(plan, days) >> summary()
 
 
 dataflow_backfill()

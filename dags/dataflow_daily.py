@@ -72,16 +72,23 @@ def make_daily_dag(pipeline: str, description: str):
 
             return _run(lambda: run_gate(pipeline, [day["run_id"]], context["run_id"], written=add_written([day])))
 
-        @task
-        def summary(day: dict[str, Any], gates: dict[str, Any], **context: Any) -> dict[str, Any]:
-            from dataflow_core.airflow.tasks import summarize
+        # all_done: runs after a failure too and says in its first line what failed (see
+        # dataflow_backfill's summary), then fails itself.
+        @task(trigger_rule="all_done")
+        def summary(**context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.tasks import as_list, summarize
 
+            ti = context["ti"]
             start, end = _day(context)
             plan = {"pipeline": pipeline, "start": start, "end": end, "replay": False, "days": [start]}
-            return summarize(plan, [day], gates)
+            result = summarize(plan, as_list(ti.xcom_pull(task_ids="backfill")), ti.xcom_pull(task_ids="gate_output"),
+                               input_gate=ti.xcom_pull(task_ids="gate_input"))
+            if not result["succeeded"]:
+                raise AirflowFailException("the day's backfill failed: see the first line of this log")
+            return result
 
         day = backfill(gate_input())
-        summary(day, gate_output(day))
+        gate_output(day) >> summary()
 
     return daily()
 

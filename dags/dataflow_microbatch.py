@@ -10,11 +10,18 @@ micro-batch or a backfill holds it) is skipped with that reason, not failed. Cre
 The output gate checks the panes the batch wrote (the pane log names them `batch-N`), and
 fails if the batch wrote panes but the gate found none to check.
 
-Triggering by hand: Airflow's trigger dialog has an "Unpause on trigger" box, ticked by
-default; leave it ticked and the 5-minute schedule starts too. Untick it to run one batch
-only. Pause again with the DAG's toggle or `airflow dags pause dataflow_microbatch__<pipeline>`.
+Triggering by hand: Airflow does not run a paused DAG's runs. The trigger dialog's "Unpause
+on trigger" box (ticked by default) unpauses the DAG, so the 5-minute schedule starts too;
+unticked, the run stays *queued* until someone unpauses the DAG. For one batch only, trigger
+`dataflow_microbatch_once` (no schedule, never paused) with the pipeline as its parameter.
+Pause again with the DAG's toggle or `airflow dags pause dataflow_microbatch__<pipeline>`.
 A manual run while a scheduled one is running waits for it (one active run per DAG); a
 micro-batch that still finds the pipeline busy (a backfill) is skipped, not failed.
+
+Live completeness: a batch can leave a processing-time timer pending (billing's early
+figures every 10 minutes); the windows it belongs to are incomplete until a batch runs after
+it. The `microbatch` task's log says when that is; on the schedule the next batch fires it
+(the schedule is shorter than the timer's period), while paused nothing does.
 """
 
 from __future__ import annotations

@@ -10,6 +10,8 @@
 | `DATAFLOW_MAINTENANCE_SCHEDULE` | schedule of `dataflow_maintenance` | `@weekly` |
 | `DATAFLOW_VACUUM_RETENTION_HOURS` | VACUUM retention (raised to cover every stage's allowed lateness + 1 day) | 168 |
 | `DATAFLOW_RESULTS_FILE_MB` | largest file OPTIMIZE writes in a results table (see `maintain`) | 16 |
+| `DATAFLOW_UI_URL` | the Airflow UI's address, for the links task logs print | `http://localhost:$AIRFLOW__API__PORT` |
+| `DATAFLOW_TIMER_WAIT` | longest a one-off micro-batch waits to fire a pending processing-time timer | `1h` |
 """
 
 from __future__ import annotations
@@ -73,3 +75,41 @@ def vacuum_retention_hours() -> int:
 
 def results_file_mb() -> int:
     return _int("DATAFLOW_RESULTS_FILE_MB", DEFAULT_RESULTS_FILE_MB)
+
+
+DATA_DOCS_ROUTE = "/dataflow-explorer/data-docs"  # the plugin's mount + its data-docs route (app.py)
+
+
+def ui_url() -> str:
+    """The Airflow UI's address as a browser reaches it (links in task logs)."""
+    configured = os.environ.get("DATAFLOW_UI_URL") or os.environ.get("AIRFLOW__API__BASE_URL")
+    if configured:
+        return configured.rstrip("/")
+    return f"http://localhost:{os.environ.get('AIRFLOW__API__PORT') or '8080'}"
+
+
+def data_docs_url(page: str | None, warehouse: str | None = None) -> str | None:
+    """The URL the plugin serves a Data Docs page at (a file of the site), or None when the
+    page is not in this deployment's site."""
+    from pathlib import Path
+
+    from dataflow_core.quality.docs import data_docs_root, site_index
+
+    if not page:
+        return None
+    site = site_index(data_docs_root(warehouse or os.environ.get("DATAFLOW_WAREHOUSE"))).parent
+    try:
+        relative = Path(page).resolve().relative_to(site.resolve())
+    except ValueError:
+        return None
+    return f"{ui_url()}{DATA_DOCS_ROUTE}/{relative.as_posix()}"
+
+
+def timer_wait_ms() -> int:
+    from dataflow_core.model.time import parse_duration
+
+    raw = os.environ.get("DATAFLOW_TIMER_WAIT", "").strip() or "1h"
+    try:
+        return parse_duration(raw)
+    except ValueError as exc:
+        raise DataflowError(f"$DATAFLOW_TIMER_WAIT={raw!r}: {exc}") from None

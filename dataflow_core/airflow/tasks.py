@@ -160,6 +160,7 @@ def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say 
     outcome = gate_input(spark, pipeline, start, end, run_id)
     for line in outcome.lines():
         say(line)
+    _say_docs_link(outcome.report.docs_index, say)
     outcome.raise_if_failed()
     return {"rows": outcome.rows, "quarantined": outcome.quarantined,
             "data_docs": outcome.report.docs_index}
@@ -172,6 +173,16 @@ def checked(spark: Any, pipeline: str) -> None:
     from dataflow_core.spark.platform.session import warehouse_root
 
     preflight(pipeline, warehouse_root(spark))
+
+
+def _say_docs_link(index: str | None, say: Say) -> None:
+    """The Data Docs page as a link the browser opens (served by the Airflow plugin), beside
+    the file path the gate logs: a path in a task log cannot be clicked."""
+    from dataflow_core.airflow.settings import data_docs_url
+
+    url = data_docs_url(index)
+    if url:
+        say(f"Data Docs in the browser: {url}")
 
 
 def backfill_day(
@@ -226,6 +237,8 @@ def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: 
     spark = spark_session(f"dataflow-gate-output-{pipeline}")
     outcomes = gate_outputs(spark, pipeline, ids, run_id, say=say, written=written)
     failed = [o for o in outcomes if not o.success]
+    if failed:
+        _say_docs_link(next((o.report.docs_index for o in outcomes if o.report.docs_index), None), say)
     for outcome in failed:
         log.error("FAILED: " + outcome.summary())
     if failed:
@@ -233,19 +246,48 @@ def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: 
             raise GateFailed(failed[0])
         raise DataflowError(" | ".join(o.summary() for o in failed))
     docs = next((o.report.docs_index for o in outcomes if o.report.docs_index), None)
+    _say_docs_link(docs, say)
     return {"checked": [f"{o.gate}:{o.table}" for o in outcomes], "rows": sum(o.rows for o in outcomes),
             "data_docs": docs}
 
 
-def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any]],
-              gates: Mapping[str, Any] | None = None, say: Say = _say) -> dict[str, Any]:
-    """Adds the days' ledgers up; the log shows one line per day and the totals."""
+def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
+             input_gate: Mapping[str, Any] | None, output_gate: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """The run's status and each gate's outcome in one line, from what the tasks returned (None:
+    the task failed or never ran, since a failed task returns nothing): whether the run
+    succeeded, and the line. The verdicts come first (a log viewer may cut a long line), the
+    details after. Pure, so that the first line of `summary` can be trusted."""
+    done = [d for d in days if d]
+    expected = len(plan.get("days") or []) or len(done)
+    balanced = all(d.get("ledger_ok") for d in done)
+    gate_in = "input gate passed" if input_gate is not None else "input gate FAILED or did not run"
+    if output_gate is not None:
+        gate_out = "output gate passed"
+    else:
+        gate_out = "output gate FAILED" if done and len(done) == expected and balanced else "output gate did not run"
+    ok = input_gate is not None and output_gate is not None and len(done) == expected and balanced
+    days_text = f"{len(done)} of {expected} day(s) done" + ("" if balanced else " (a ledger DOES NOT balance)")
+    details = [f"backfill of {plan.get('pipeline', '?')} over [{plan.get('start', '?')}, {plan.get('end', '?')}), "
+               f"{'replay' if plan.get('replay') else 'batch'}: {len(done)} day(s)"]
+    if input_gate is not None:
+        details.append(f"input: {int(input_gate.get('rows', 0)):,} rows, {int(input_gate.get('quarantined', 0)):,} quarantined")
+    if output_gate is not None:
+        details.append(f"output: {int(output_gate.get('rows', 0)):,} rows of {', '.join(output_gate.get('checked') or [])}")
+    return ok, f"{'SUCCEEDED' if ok else 'FAILED'}: {gate_in}, {days_text}, {gate_out} | " + "; ".join(details)
+
+
+def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
+              gates: Mapping[str, Any] | None = None, say: Say = _say,
+              input_gate: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run's status and its gates' outcomes first (`headline`), then the days' ledgers
+    added up: one line per day and the totals. Runs after failures too (the DAGs give it
+    trigger rule all_done), so whoever opens this one log learns what happened."""
     rows = sorted((d for d in days if d), key=lambda d: d["day"])
+    ok, line = headline(plan, rows, input_gate, gates)
+    say(line)
     total = {k: sum(int(d["ledger"].get(k, 0)) for d in rows) for k in LEDGER_KEYS}
-    ok = all(d.get("ledger_ok") for d in rows) and len(rows) == len(plan.get("days", rows))
+    balanced = all(d.get("ledger_ok") for d in rows) and len(rows) == len(plan.get("days", rows))
     width = max(len(k) for k in LEDGER_KEYS)
-    say(f"backfill of {plan['pipeline']} over [{plan['start']}, {plan['end']}), "
-        f"{'replay' if plan.get('replay') else 'batch'}: {len(rows)} day(s)")
     per_day = ("read", "accepted", "duplicates", "quarantined", "panes")
     say("  day         run id                  " + " ".join(f"{k:>11}" for k in per_day))
     for d in rows:
@@ -254,12 +296,22 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any]],
     for key in LEDGER_KEYS:
         say(f"  {key.replace('_', ' '):<{width}}  {total[key]:>12,}")
     say(f"  read = accepted + duplicates + quarantined: {total['read']:,} = {total['accepted']:,} + "
-        f"{total['duplicates']:,} + {total['quarantined']:,}  {'OK' if ok else 'MISMATCH'}")
-    if gates and gates.get("data_docs"):
-        say(f"Data Docs: {gates['data_docs']}")
+        f"{total['duplicates']:,} + {total['quarantined']:,}  {'OK' if balanced else 'MISMATCH'}")
+    docs = (gates or {}).get("data_docs") or (input_gate or {}).get("data_docs")
+    if docs:
+        say(f"Data Docs: {docs}")
+        _say_docs_link(docs, say)
     # Small: Airflow logs the returned value on one line ("Returned value was: ...").
-    return {"pipeline": plan["pipeline"], "days": len(rows), "read": total["read"], "panes": total["panes"],
-            "ledger_ok": ok, "run_ids": [d["run_id"] for d in rows]}
+    return {"pipeline": plan.get("pipeline"), "days": len(rows), "read": total["read"], "panes": total["panes"],
+            "ledger_ok": balanced, "succeeded": ok, "run_ids": [d["run_id"] for d in rows]}
+
+
+def as_list(pulled: Any) -> list[Any]:
+    """What `xcom_pull` gives for a mapped task, as a list: one map index comes back as the
+    value itself, none as None."""
+    if pulled is None:
+        return []
+    return [p for p in pulled if p is not None] if isinstance(pulled, list) else [pulled]
 
 
 # --- micro-batches ----------------------------------------------------------------------
@@ -294,8 +346,46 @@ def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
     # The pane log names a micro-batch's panes by the batch (`batch-N`), not by the run id.
     run_ids = [f"batch-{b}" for b in batches]
     say(f"batches written: {', '.join(run_ids) or 'none (nothing new)'}")
+    try:
+        timer = next_timer(pipeline)
+        say(completeness(timer, time.time() * 1000))
+    except DataflowError as exc:  # the batch is done; not knowing its next timer must not fail it
+        timer = None
+        log.warning(f"cannot tell when the results are complete: {exc}")
     return {"run_id": result.run_id, "pane_run_ids": run_ids, "ledger": ledger,
-            "written": written_per_stage(result.ledger)}
+            "written": written_per_stage(result.ledger), "next_timer": timer}
+
+
+def next_timer(pipeline: str, warehouse: str | None = None) -> int | None:
+    """The earliest processing-time timer (ms) any key of the pipeline still has pending
+    (least `wake_timer` of the stages' `<output>__state` tables, read without Spark), or None.
+    Such a timer fires only in a batch that runs after it: until then the results of its
+    windows lack the pane it will emit."""
+    from dataflow_core.model.time import END_OF_TIME
+    from dataflow_core.pipelines import get
+    from dataflow_core.query import list_tables, query
+
+    tables = set(list_tables(warehouse))
+    found = []
+    for stage in get(pipeline).stages:
+        name = f"{stage.output}__state"
+        if name in tables:
+            least = query(f"SELECT min(wake_timer) AS t FROM {name}", warehouse).table.column(0).to_pylist()[0]
+            if least is not None and int(least) < END_OF_TIME - 1:
+                found.append(int(least))
+    return min(found) if found else None
+
+
+def completeness(timer: int | None, now_ms: float) -> str:
+    """One line saying when the live results are complete (fault 8 of issue 51)."""
+    from dataflow_core.model.time import format_instant
+
+    if timer is None:
+        return "no processing-time timer is pending: the results are complete for what the watermark has passed"
+    when = format_instant(timer)
+    if timer < now_ms:
+        return f"a processing-time timer was due at {when}: the next batch fires it"
+    return f"a processing-time timer is due at {when}: the results of its windows are incomplete until a batch runs after it"
 
 
 def finished_batches(pipeline: str, warehouse: str | None = None) -> list[int]:

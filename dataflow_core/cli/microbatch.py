@@ -111,4 +111,17 @@ def run(args: argparse.Namespace) -> int:
         print(f"dataflow microbatch: {exc}", flush=True)
         return BUSY_EXIT
     report(result)
+    _say_completeness(args, say, result.now)
     return 1 if unbalanced else 0
+
+
+def _say_completeness(args, say, now: int) -> None:
+    """After one run: when its results are complete (a processing-time timer it left pending
+    fires only in a later batch, which nothing runs for a single `dataflow microbatch`)."""
+    from dataflow_core.airflow.tasks import completeness, next_timer
+    from dataflow_core.errors import DataflowError
+
+    try:
+        say(completeness(next_timer(args.pipeline, args.warehouse), now))
+    except DataflowError as exc:  # the batch is done; not knowing its next timer must not fail it
+        say(f"cannot tell when the results are complete: {exc}")

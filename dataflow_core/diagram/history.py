@@ -19,12 +19,14 @@ from dataflow_core.model.time import Instant
 
 @dataclass(frozen=True)
 class ElementRecord:
-    """One input element: drawn as a dot at (event_time, arrival)."""
+    """One input element: drawn as a dot at (event_time, arrival); a duplicate delivery or a
+    quarantined row is drawn apart (the runs did not aggregate it)."""
 
     key: Hashable
     value: Any
     event_time: Instant
     arrival: Instant
+    kind: str = "accepted"  # or "duplicate" (a later delivery of an event id) or "quarantined"
 
 
 @dataclass(frozen=True)

@@ -210,7 +210,8 @@ def history_from_frames(
         if t is None or arrival is None or not event_from <= t < event_to:
             continue
         value = _plain(row[element_value]) if element_value else None
-        records.append(ElementRecord(label, None if _null(value) else value, t, arrival))
+        kind = str(row.get("element_kind") or "accepted")
+        records.append(ElementRecord(label, None if _null(value) else value, t, arrival, kind))
     records.sort(key=lambda e: (e.arrival, e.event_time))
 
     out = _panes_of(panes, key, label, event_from, event_to, run_id)

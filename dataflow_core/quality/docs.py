@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 from pathlib import Path
 from typing import Iterator
 
@@ -30,42 +31,47 @@ def site_index(root: Path | str) -> Path:
     return Path(root) / "gx" / "uncommitted" / "data_docs" / "local_site" / "index.html"
 
 
-OFFLINE_MARK = "<!-- dataflow: offline assets -->"
-_OFFLINE_DIR = Path(__file__).with_name("offline")
+OFFLINE_MARK = "<!-- dataflow: local assets -->"
+# GE's logo, loaded from its web-assets bucket with the data context's id in the query (a
+# request to the internet from every page view): the site's own copy instead.
+_GE_IMAGE = re.compile(r'"https://great-expectations-web-assets\.s3\.[^"/]*/([A-Za-z0-9_.-]+)(?:\?[^"]*)?"')
+VENDOR = "static/vendor"
 
 
-def make_offline(site: Path | str) -> int:
-    """Make the Data Docs site readable without internet: GE's pages load jQuery, Bootstrap
-    and bootstrap-table from CDNs and draw their tables with them, so offline the index is
-    blank. Copies a small stand-in (`offline/offline.js`, `offline.css`, shipped with this
-    package) into the site's `static/dataflow/` and links it from every page right after the
-    CDN scripts; online the CDN scripts win and the stand-in does nothing. Returns how many
-    pages were changed (pages already done are skipped)."""
+def make_offline(site: Path | str, assets: Path | None = None) -> int:
+    """Make the Data Docs site fully styled without internet: GE's pages load Bootstrap,
+    jQuery, bootstrap-table, Font Awesome and Vega from CDNs, so offline they are unstyled
+    and their tables blank. Copies the local copies of those files (`assets.py`, fetched by
+    `make setup`) into the site's `static/vendor/` and points every page's links at them, so
+    the site works from disk, through the Airflow plugin and on a closed network alike.
+    Without the local copies (setup not run) the pages keep their CDN links. Returns how
+    many pages were changed (pages already done are skipped)."""
     import shutil
 
+    from dataflow_core.quality.assets import ASSETS, assets_dir, missing, package_dir
+
     site = Path(site)
-    if not site.is_dir():
+    assets = assets or assets_dir()
+    if not site.is_dir() or missing(assets):
         return 0
-    target = site / "static" / "dataflow"
-    target.mkdir(parents=True, exist_ok=True)
-    for name in ("offline.js", "offline.css"):
-        shutil.copyfile(_OFFLINE_DIR / name, target / name)
+    target = site / VENDOR
+    for folder in assets.iterdir():
+        if folder.is_dir() and not (target / folder.name).is_dir():
+            shutil.copytree(folder, target / folder.name, dirs_exist_ok=True)
     changed = 0
     for page in site.rglob("*.html"):
         text = page.read_text(encoding="utf-8")
         if OFFLINE_MARK in text:
             continue
         up = "../" * (len(page.relative_to(site).parts) - 1)
-        tags = (f'{OFFLINE_MARK}<link rel="stylesheet" href="{up}static/dataflow/offline.css">'
-                f'<script src="{up}static/dataflow/offline.js"></script>')
-        anchor = text.rfind('bootstrap-datepicker.min.js"></script>')
-        if anchor >= 0:
-            at = anchor + len('bootstrap-datepicker.min.js"></script>')
-        else:
-            at = text.find("</head>")
-            if at < 0:
-                continue
-        page.write_text(text[:at] + tags + text[at:], encoding="utf-8")
+        for url, (spec, file) in ASSETS.items():
+            text = text.replace(f'"{url}"', f'"{up}{VENDOR}/{package_dir(spec)}/{file}"')
+        # Same-origin copies: no CORS mode (which file:// pages cannot use for their scripts).
+        text = text.replace(' crossorigin="anonymous"', "")
+        text = _GE_IMAGE.sub(lambda m: f'"{up}static/images/{m.group(1)}"'
+                             if (site / "static" / "images" / m.group(1)).is_file() else m.group(0), text)
+        at = text.find("</head>")
+        page.write_text((text[:at] + OFFLINE_MARK + text[at:]) if at >= 0 else text + OFFLINE_MARK, encoding="utf-8")
         changed += 1
     return changed
 

@@ -8,9 +8,13 @@ task and the gates have finished (runs of several days, days at once: test_dags_
 collapsed "Post Execute" group) and opens the pane explorer (Browse -> Pane explorer) on a key,
 whose diagram must draw exactly the panes and retractions of the pane log it lists. The Delta
 output is then read with Spark SQL. Last, `make airflow-stop` is run while a task and its Spark
-JVM are running, and no process of that Airflow may be left. Screenshots (the form's refusal,
-the form, the grid, the mapped days, the summary log, the explorer) are kept in
-`$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
+JVM are running, and no process of that Airflow may be left. Between the two, on the same
+Airflow (issue 51): `dataflow_microbatch_once` runs a batch from its form while the scheduled
+micro-batch DAG stays paused; the explorer draws the watermark and no two labels' rendered
+boxes overlap; the Data Docs open from the link the gate logs, styled, with every request to
+another host refused. Screenshots (the form's refusal, the form, the grid, the mapped days,
+the summary log, the explorer, the one-off micro-batch, the watermark, the Data Docs) are kept
+in `$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
 
 Needs Debian's `chromium` (`/usr/bin/chromium`; `.ci/run` installs it) and the `playwright`
 package; Playwright never downloads a browser here.
@@ -251,6 +255,11 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     quoted = urllib.request.quote(run_id, safe="")
     events = _log_events(airflow_ui, token, "dataflow_backfill", quoted, "summary")
     texts = [e.get("event", "") for e in events]
+    # Its first line says how the run and each gate ended (issue 51, fault 7).
+    headline = next(t for t in texts if "backfill of billing over" in t)
+    assert headline.startswith("SUCCEEDED: input gate passed, 1 of 1 day(s) done, output gate passed | "
+                               "backfill of billing over [2024-05-01, 2024-05-02), batch: 1 day(s); input: "), headline
+    assert texts.index(headline) < next(i for i, t in enumerate(texts) if "ledger (all days)" in t)
     ledger_at = next(i for i, t in enumerate(texts) if "read = accepted + duplicates + quarantined" in t)
     post = [i for i, t in enumerate(texts) if "Post Execute" in t]
     assert post and ledger_at < post[0], texts
@@ -353,6 +362,237 @@ def _data_docs_offline(browser, warehouse: Path) -> int:
         return page.locator("table.ge-index-page-validation-results-table tbody tr").count()
     finally:
         page.close()
+
+
+def _token(ui) -> str:
+    return _api(ui, "POST", "/auth/token", {"username": "admin", "password": ui["password"]})["access_token"]
+
+
+def _logged_in_page(browser, ui, **kwargs):
+    """A page logged in to Airflow as the README says (user admin, the generated password)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, **kwargs)
+    page.set_default_timeout(120_000)
+    page.set_default_navigation_timeout(120_000)
+    page.goto(ui["url"] + "/", wait_until="networkidle")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", ui["password"])
+    page.get_by_role("button", name="Sign In").click()
+    page.wait_for_load_state("networkidle")
+    return page
+
+
+def test_one_off_microbatch_runs_while_the_schedule_is_paused(airflow_ui):
+    """Issue 51, fault 1: `dataflow_microbatch_once`, triggered from its form, runs one batch
+    while `dataflow_microbatch__billing`'s schedule stays paused; its log says when the live
+    results are complete (fault 8)."""
+    from playwright.sync_api import Error as PlaywrightError, sync_playwright
+
+    from dataflow_core.query import query
+
+    url, token = airflow_ui["url"], _token(airflow_ui)
+    scheduled = _api(airflow_ui, "GET", "/api/v2/dags/dataflow_microbatch__billing", token=token)
+    assert scheduled["is_paused"] is True
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = _logged_in_page(browser, airflow_ui)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while True:
+                try:
+                    page.goto(url + "/dags/dataflow_microbatch_once", wait_until="networkidle")
+                except PlaywrightError as exc:
+                    assert "ERR_ABORTED" in str(exc) or "interrupted by another navigation" in str(exc), exc
+                if page.get_by_text("fire_due_timer").count():
+                    break
+                assert time.monotonic() < deadline, "dataflow_microbatch_once never showed up in the UI"
+                page.wait_for_timeout(3000)
+            page.get_by_role("button", name="Trigger").first.click()
+            form = page.get_by_role("dialog")
+            form.get_by_text("Pipeline").first.wait_for(state="visible")
+            page.screenshot(path=str(ARTIFACTS / "09-microbatch-once-form.png"), full_page=True)
+            form.get_by_test_id("trigger-dag-submit").click()
+            page.wait_for_url("**/dags/dataflow_microbatch_once/runs/**", timeout=30000)
+            run_id = urllib.request.unquote(page.url.rsplit("/runs/", 1)[1].split("?")[0])
+            grid = page.url
+            page.goto("about:blank")  # an open grid re-renders every few seconds: wait on a blank page
+
+            quoted = urllib.request.quote(run_id, safe="")
+            states: dict[str, str] = {}
+            deadline = time.monotonic() + RUN_TIMEOUT_S
+            while time.monotonic() < deadline:
+                states = {t["task_id"]: t["state"] for t in _api(
+                    airflow_ui, "GET", f"/api/v2/dags/dataflow_microbatch_once/dagRuns/{quoted}/taskInstances",
+                    token=token)["task_instances"]}
+                if states.get("fire_due_timer") in ("up_for_reschedule", "success", "skipped", "failed") \
+                        or "failed" in states.values() or "upstream_failed" in states.values():
+                    break
+                time.sleep(5)
+            page.goto(grid, wait_until="networkidle")
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(ARTIFACTS / "10-microbatch-once-grid.png"), full_page=True)
+            page.goto(url + f"/dags/dataflow_microbatch_once/runs/{quoted}/tasks/microbatch", wait_until="networkidle")
+            page.get_by_text(re.compile(r"processing-time timer")).first.wait_for(state="visible", timeout=60000)
+            page.screenshot(path=str(ARTIFACTS / "11-microbatch-once-log.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert states.get("microbatch") == "success" and states.get("gate_output") == "success", states
+    assert states.get("fire_due_timer") in ("up_for_reschedule", "success", "skipped"), states
+    texts = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_microbatch_once", quoted, "microbatch")]
+    assert any(re.match(r"micro-batch \S+ of billing: read [\d,]+", t) for t in texts), texts[-20:]
+    assert any("processing-time timer" in t for t in texts), texts[-20:]
+    timer_log = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_microbatch_once", quoted,
+                                                        "fire_due_timer")]
+    assert any("processing-time timer" in t for t in timer_log), timer_log
+    # The schedule stayed paused and ran nothing; the batch is recorded as finished.
+    assert _api(airflow_ui, "GET", "/api/v2/dags/dataflow_microbatch__billing", token=token)["is_paused"] is True
+    assert _api(airflow_ui, "GET", "/api/v2/dags/dataflow_microbatch__billing/dagRuns", token=token)["total_entries"] == 0
+    finished = query("SELECT count(*) AS n FROM dataflow_batches WHERE pipeline = 'billing' AND status = 'finished'",
+                     str(airflow_ui["warehouse"])).table.to_pylist()[0]["n"]
+    assert finished >= 1
+    if states.get("fire_due_timer") == "up_for_reschedule":
+        # Its timer is minutes away: end the run here rather than let a batch start under the next tests.
+        _api(airflow_ui, "PATCH", f"/api/v2/dags/dataflow_microbatch_once/dagRuns/{quoted}", {"state": "success"},
+             token=token)
+
+
+_LABEL_BOXES_JS = """svg => {
+  const boxes = [...svg.querySelectorAll('g[id^="label-"]')].map(g => {
+    const r = g.getBoundingClientRect(); return {id: g.id, x0: r.left, y0: r.top, x1: r.right, y1: r.bottom};
+  }).filter(b => b.x1 > b.x0 && b.y1 > b.y0);
+  const overlapping = [];
+  for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+    const a = boxes[i], b = boxes[j];
+    if (a.x0 < b.x1 - 0.5 && b.x0 < a.x1 - 0.5 && a.y0 < b.y1 - 0.5 && b.y0 < a.y1 - 0.5) overlapping.push([a.id, b.id]);
+  }
+  return {labels: boxes.length, overlapping};
+}"""
+
+_WATERMARK_JS = """svg => {
+  const line = svg.querySelector('g[id^="watermark-"]:not([id^="watermark-step-"]) path');
+  const axes = svg.querySelector('g[id^="patch_"] path') ;
+  const r = line ? line.getBoundingClientRect() : null;
+  const s = svg.getBoundingClientRect();
+  return {line: !!line, width: r ? r.width : 0, height: r ? r.height : 0,
+          inside: r ? (r.left >= s.left && r.right <= s.right + 1 && r.top >= s.top && r.bottom <= s.bottom + 1) : false,
+          steps: svg.querySelectorAll('g[id^="watermark-step-"]').length,
+          titled_steps: svg.querySelectorAll('g[id^="watermark-step-"] > title').length};
+}"""
+
+
+def test_explorer_draws_the_watermark_per_batch_and_no_overlapping_labels(airflow_ui):
+    """Issue 51, faults 2 to 5, after the backfill and the one-off micro-batch: the pane
+    explorer draws the watermark (a line, a marker per batch), its value labels' rendered
+    boxes never overlap, its processing-time labels carry the date, and its counts tell read,
+    accepted, duplicate and quarantined rows apart (and add up)."""
+    from playwright.sync_api import sync_playwright
+
+    from dataflow_core.query import query
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = _logged_in_page(browser, airflow_ui)
+            page.goto(airflow_ui["url"] + "/plugin/pane-explorer", wait_until="networkidle")
+            frame = page.frame_locator("iframe").first
+            frame.locator("#pipeline").select_option("billing")
+            first_key = frame.locator("#key-list a").first
+            first_key.wait_for(state="visible", timeout=60000)
+            first_key.click()
+            diagram = frame.locator("#diagram")
+            diagram.wait_for(state="visible", timeout=60000)
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(ARTIFACTS / "12-explorer-watermark.png"), full_page=True)
+            diagram.screenshot(path=str(ARTIFACTS / "13-explorer-watermark-diagram.png"))
+            svg = diagram.locator("svg")
+            watermark = svg.evaluate(_WATERMARK_JS)
+            labels = svg.evaluate(_LABEL_BOXES_JS)
+            ticks = svg.locator('g[id^="ytick_"] text').all_text_contents()
+            counts = {k: int(frame.locator(f"#count-{k}").inner_text().replace(",", ""))
+                      for k in ("read", "accepted", "duplicates", "quarantined")}
+            key = frame.locator("#key").input_value()
+            lo, hi = frame.locator("#event_from").input_value(), frame.locator("#event_to").input_value()
+            steps_attr = int(diagram.get_attribute("data-watermark-steps"))
+        finally:
+            browser.close()
+
+    assert watermark["line"] and watermark["inside"] and watermark["width"] + watermark["height"] > 0, watermark
+    assert watermark["steps"] == steps_attr >= 1, watermark  # the backfill's and the micro-batch's (never back)
+    assert watermark["titled_steps"] == watermark["steps"], watermark
+    assert labels["labels"] > 0 and labels["overlapping"] == [], labels
+    assert any(re.match(r"20\d\d-\d\d-\d\d ", t) for t in ticks), ticks
+    assert counts["read"] == counts["accepted"] + counts["duplicates"] + counts["quarantined"], counts
+    rows = query(f"SELECT count(*) AS n FROM video_events WHERE ad_id = '{key}' AND event_time >= TIMESTAMP '{lo}' "
+                 f"AND event_time < TIMESTAMP '{hi}'", str(airflow_ui["warehouse"])).table.to_pylist()[0]["n"]
+    assert counts["read"] == rows, (counts, rows)
+
+
+_STYLED_JS = """() => {
+  const sheets = [...document.styleSheets].map(s => { let n = 0; try { n = s.cssRules.length; } catch (e) {} return {href: s.href || '', rules: n}; });
+  const icon = document.querySelector('.fas, .fa');
+  return {
+    sheets,
+    jquery: typeof window.jQuery === 'function' && typeof window.jQuery.fn.bootstrapTable === 'function',
+    rows: document.querySelectorAll('table.ge-index-page-validation-results-table tbody tr').length,
+    navbar: getComputedStyle(document.querySelector('nav, .navbar') || document.body).display,
+    bodyFont: getComputedStyle(document.body).fontFamily,
+    iconFont: icon ? getComputedStyle(icon, '::before').fontFamily : '',
+  };
+}"""
+
+
+def test_data_docs_are_served_by_airflow_styled_and_without_network(airflow_ui):
+    """Issue 51, fault 6: the gate's task log links the Data Docs at the Airflow plugin's URL;
+    opened there with every request to another host refused, every stylesheet and script
+    loads from the site itself (Bootstrap's rules, jQuery and bootstrap-table, Font Awesome)."""
+    from playwright.sync_api import sync_playwright
+
+    token = _token(airflow_ui)
+    (run,) = [r for r in _api(airflow_ui, "GET", "/api/v2/dags/dataflow_backfill/dagRuns", token=token)["dag_runs"]
+              if r["state"] == "success"][:1]
+    quoted = urllib.request.quote(run["dag_run_id"], safe="")
+    texts = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_backfill", quoted, "gate_output")]
+    links = [t.split("Data Docs in the browser: ", 1)[1].strip() for t in texts if "Data Docs in the browser: " in t]
+    assert links and links[0] == airflow_ui["url"] + "/dataflow-explorer/data-docs/index.html", texts[-10:]
+
+    local = re.escape(airflow_ui["url"])
+    refused: list[str] = []
+    failed: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = _logged_in_page(browser, airflow_ui)
+
+            def refuse(route):
+                refused.append(route.request.url)
+                route.abort()
+
+            page.route(re.compile(rf"^(?!{local})https?://"), refuse)
+            # (The UI's own requests aborted by leaving it are not the Data Docs' business.)
+            page.on("requestfailed", lambda r: failed.append(r.url) if "/data-docs/" in r.url else None)
+            page.goto(links[0], wait_until="networkidle")
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(ARTIFACTS / "14-data-docs-served-offline.png"), full_page=True)
+            styled = page.evaluate(_STYLED_JS)
+            page.locator("table.ge-index-page-validation-results-table tbody tr").first.click()
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(1000)
+            page.screenshot(path=str(ARTIFACTS / "15-data-docs-validation-page.png"), full_page=True)
+            validation_sheets = page.evaluate("() => [...document.styleSheets].filter(s => s.href).length")
+            # The same site under Browse -> Data Docs, inside the Airflow UI.
+            page.goto(airflow_ui["url"] + "/plugin/data-docs", wait_until="networkidle")
+            page.frame_locator("iframe").first.locator("table.ge-index-page-validation-results-table").wait_for()
+            page.screenshot(path=str(ARTIFACTS / "16-data-docs-in-airflow.png"), full_page=True)
+        finally:
+            browser.close()
+
+    assert refused == [] and failed == [], (refused, failed)
+    bootstrap = [s for s in styled["sheets"] if s["href"].endswith("/bootstrap.min.css")]
+    assert bootstrap and bootstrap[0]["rules"] > 500 and "/dataflow-explorer/data-docs/static/vendor/" in bootstrap[0]["href"], styled
+    assert all(s["href"].startswith(airflow_ui["url"]) for s in styled["sheets"] if s["href"]), styled
+    assert styled["jquery"] and styled["rows"] >= 3, styled
+    assert "Font Awesome" in styled["iconFont"] or not styled["iconFont"], styled
+    assert validation_sheets >= 3
 
 
 def test_airflow_stop_ends_every_process_it_started_even_a_running_task(airflow_ui):

@@ -256,22 +256,3 @@ def test_input_rules_carry_the_pipeline_settings():
 def test_input_gate_on_a_missing_table_is_one_line(spark, wh):
     with pytest.raises(DataflowError, match="table 'video_events' not found"):
         gate_input(spark, "billing", "2024-05-01", "2024-05-02", "g", docs_dir=wh / "docs")
-
-
-def test_data_docs_link_an_offline_stand_in_after_the_cdn_scripts(tmp_path):
-    """GE's pages draw their tables with CDN scripts; every page also links our stand-in
-    (drawing them without internet; the browser test opens the index offline)."""
-    from dataflow_core.quality.docs import OFFLINE_MARK, make_offline
-
-    site = tmp_path / "local_site"
-    (site / "validations" / "suite").mkdir(parents=True)
-    cdn = '<script src="https://cdnjs.cloudflare.com/ajax/libs/bootstrap-datepicker/1.9.0/js/bootstrap-datepicker.min.js"></script>'
-    page = f"<html><head></head><body>{cdn}<script>$('#t').bootstrapTable({{}})</script></body></html>"
-    (site / "index.html").write_text(page)
-    (site / "validations" / "suite" / "run.html").write_text(page)
-    assert make_offline(site) == 2
-    assert make_offline(site) == 0  # pages already done are left alone
-    index = (site / "index.html").read_text()
-    assert index.index(cdn) < index.index('src="static/dataflow/offline.js"') < index.index("bootstrapTable")
-    assert 'src="../../static/dataflow/offline.js"' in (site / "validations" / "suite" / "run.html").read_text()
-    assert (site / "static" / "dataflow" / "offline.js").is_file() and OFFLINE_MARK in index

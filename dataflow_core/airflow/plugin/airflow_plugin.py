@@ -1,5 +1,6 @@
 """The Airflow plugin: mounts the pane explorer (`app.py`) in Airflow's api-server and adds it
-to the UI's navigation (an external view shown inside the UI at `/plugin/pane-explorer`).
+to the UI's navigation (external views shown inside the UI at `/plugin/pane-explorer` and
+`/plugin/data-docs`, the Great Expectations site the gates build).
 
 Airflow loads it from the plugins folder `dataflow_core/airflow/plugin/folder/`
 (`AIRFLOW__CORE__PLUGINS_FOLDER`, set by `scripts/airflow-env.sh`).
@@ -21,4 +22,10 @@ class DataflowPlugin(AirflowPlugin):
         "destination": "nav",
         "category": "browse",
         "url_route": "pane-explorer",
+    }, {
+        "name": "Data Docs",
+        "href": URL_PREFIX + "/data-docs/index.html",
+        "destination": "nav",
+        "category": "browse",
+        "url_route": "data-docs",
     }]

@@ -4,10 +4,17 @@
 Pick a pipeline, a stage and a key (the search box lists matching keys, busiest first) and an
 event-time range: the page shows the key's pane diagram (elements, watermark, every pane and
 retraction, drawn as `dataflow diagram --pipeline --key` draws it), its results rows and its
-pane log. Everything is read from the Delta tables through the fast reader (no Spark).
+pane log. Everything is read from the Delta tables through the fast reader (no Spark). The
+counts split the rows read into accepted, duplicates and quarantined (`explorer.element_kinds`)
+and the watermark comes from every kind of run (`explorer.watermark_steps`), so that neither
+is a number a reader has to second-guess.
 
-Only users logged in to Airflow see it: the request must carry Airflow's session cookie (or
-a bearer token) that Airflow's auth manager accepts.
+It also serves the Great Expectations Data Docs site of the warehouse at `data-docs/`
+(Browse -> "Data Docs"; the gates' task logs link there), styled from local copies of its CSS
+and scripts (`dataflow_core/quality/assets.py`), so it needs no internet and no file path.
+
+Only users logged in to Airflow see either: the request must carry Airflow's session cookie
+(or a bearer token) that Airflow's auth manager accepts.
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ from typing import Any, Sequence
 from urllib.parse import urlencode
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from dataflow_core.errors import DataflowError
 
@@ -63,6 +70,31 @@ async def keys(request: Request, pipeline: str, stage: str | None = None, q: str
         return JSONResponse({"keys": search_keys(get(pipeline), stage or None, q, _warehouse())})
     except DataflowError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
+
+
+@app.get("/data-docs")
+async def data_docs_root_page() -> Response:
+    return RedirectResponse(URL_PREFIX + "/data-docs/index.html")
+
+
+@app.get("/data-docs/{path:path}")
+async def data_docs(request: Request, path: str) -> Response:
+    """A file of the Data Docs site (pages, their local CSS, scripts and fonts); never one
+    outside the site."""
+    problem = await _login_problem(request)
+    if problem:
+        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">Log in to Airflow first '
+                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
+                            status_code=401)
+    from dataflow_core.quality.docs import data_docs_root, site_index
+
+    site = site_index(data_docs_root(_warehouse())).parent.resolve()
+    file = (site / (path or "index.html")).resolve()
+    if not file.is_relative_to(site) or not file.is_file():
+        message = ("No Data Docs yet: a gate builds them (run a backfill or a micro-batch first)."
+                   if not site.is_dir() else f"No such Data Docs page: {html.escape(path)}")
+        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">{message}</p>'), status_code=404)
+    return FileResponse(file)
 
 
 @app.get("/", response_class=HTMLResponse)
@@ -111,15 +143,28 @@ def render_page(pipeline: str | None, stage: str | None, key: str, event_from: s
         c = view.counts
         parts.append(
             f'<h2>Key {html.escape(view.key)} <small>{view.range_text[0]} to {view.range_text[1]}</small></h2>'
-            f'<p id="counts">{c["elements"]} elements, {c["panes"]} panes, {c["retractions"]} retractions</p>'
-            f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
-            f'data-elements="{c["elements"]}">{view.svg}</div>'
+            + _counts(c)
+            + f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
+            f'data-elements="{c["elements"]}" data-watermark-steps="{c["watermark_steps"]}">{view.svg}</div>'
+            '<p class="hint">Hover over a pane, an element or a watermark mark for its value and times '
+            '(labels that would overlap another are left out).</p>'
             f'<h3>Results ({len(view.results)} rows, table {html.escape(view.stage)})</h3>'
             + _table("results", view.results)
             + f'<h3>Pane log ({len(view.panes)} rows, table {html.escape(view.stage)}_panes)</h3>'
             + _table("pane-log", view.panes, row_class=lambda r: "retraction" if r.get("is_retraction") else "pane")
         )
     return _document("Pane explorer", "\n".join(parts))
+
+
+def _counts(c: dict[str, int]) -> str:
+    """Rows read split as the runs' ledgers split them, so a count never mixes what was
+    aggregated with duplicates and quarantined rows."""
+    rows = (f'<span id="count-read">{c["read"]:,}</span> rows read: '
+            f'<span id="count-accepted">{c["accepted"]:,}</span> accepted, '
+            f'<span id="count-duplicates">{c["duplicates"]:,}</span> duplicates, '
+            f'<span id="count-quarantined">{c["quarantined"]:,}</span> quarantined')
+    return (f'<p id="counts">{rows}; {c["panes"]:,} panes, {c["retractions"]:,} retractions; '
+            f'{c["watermark_steps"]:,} watermark steps</p>')
 
 
 def _form(names: Sequence[str], pipeline: str, stages: Sequence[str], stage: str, key: str, view: Any,
@@ -212,6 +257,6 @@ th, td {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; white-spac
 tr.retraction td {{ color: #555; font-style: italic; }}
 .null {{ color: #999; }}
 </style></head>
-<body><h1>Pane explorer</h1>
+<body><h1>Pane explorer <small class="hint"><a href="data-docs/index.html" id="data-docs-link">Data Docs</a></small></h1>
 {body}
 </body></html>"""

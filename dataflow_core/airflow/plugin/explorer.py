@@ -127,10 +127,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         f"is_last, is_retraction, emitted_at, run_id FROM {pane_table} WHERE {_key_filter(key)} AND {in_range} "
         "ORDER BY emitted_at, is_retraction DESC, window_start, pane_index", warehouse).table.to_pandas()
     if index == 0:
-        elements = query(
-            f"SELECT {cols}, event_time, ingest_time FROM {source} WHERE {_key_filter(key)} AND "
-            f"event_time >= {_ts(lo)} AND event_time < {_ts(hi)}", warehouse).table.to_pandas() \
-            if source in tables else None
+        elements = _input_elements(spec, source, tables, key, lo, hi, warehouse)
         element_args: dict[str, Any] = {}
     else:
         elements = query(
@@ -142,14 +139,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
 
         elements = pd.DataFrame({**{c: [] for c in key}, "event_time": [], "ingest_time": []})
     stages = sorted({str(index), str(getattr(st, "name", "") or ""), st.output} - {""})
-    if WATERMARK_TABLE in tables:
-        marks = query(f"SELECT run_id, step, processing_time, watermark FROM {WATERMARK_TABLE} WHERE pipeline = "
-                      f"{literal(pipeline)} AND stage IN ({', '.join(literal(s) for s in stages)})",
-                      warehouse).table.to_pandas()
-    else:
-        import pandas as pd
-
-        marks = pd.DataFrame({"processing_time": [], "watermark": []})
+    marks = watermark_steps(pipeline, stages, st.output, index, tables, warehouse)
     history = history_from_frames(
         elements=elements, panes=panes, watermarks=marks, key=key, event_from=lo, event_to=hi,
         title=f"{pipeline}: {pane_table}",
@@ -163,9 +153,113 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         results = query(f"SELECT * FROM {st.output} WHERE {_key_filter(key)} AND {in_range} ORDER BY window_start",
                         warehouse).table.to_pylist()
     rows = [{c: r[c] for c in PANE_LOG_COLUMNS} for r in panes.to_dict("records")]
+    # Every row read, also one the diagram cannot place (no ingest time: quarantined).
+    kinds = list(elements["element_kind"]) if "element_kind" in elements else [e.kind for e in history.elements]
     counts = {
         "panes": sum(not p.retraction for p in history.panes),
         "retractions": sum(p.retraction for p in history.panes),
         "elements": len(history.elements),
+        "read": len(kinds),
+        "accepted": kinds.count("accepted"),
+        "duplicates": kinds.count("duplicate"),
+        "quarantined": kinds.count("quarantined"),
+        "watermark_steps": len(history.watermarks),
     }
     return KeyView(pipeline, st.output, str(key_label(key)), lo, hi, svg, rows, results, len(history.elements), counts)
+
+
+def _input_elements(spec: Any, source: str, tables: set[str], key: dict[str, str], lo: int, hi: int,
+                    warehouse: str | None) -> Any:
+    """The key's input rows in [lo, hi), each with what became of it (`element_kind`):
+    quarantined (its row is in `<pipeline>__quarantine`), a duplicate (a later delivery of an
+    event id already delivered), or accepted, as the runs' ledgers count them, so that the
+    explorer's counts tell them apart instead of counting every row read as an element."""
+    import pandas as pd
+
+    cols = ", ".join(quote_ident(c) for c in key)
+    if source not in tables:
+        return pd.DataFrame({**{c: [] for c in key}, "event_time": [], "ingest_time": [], "element_kind": []})
+    where = f" AND ({spec.where})" if getattr(spec, "where", None) else ""
+    select = (f"SELECT {cols}, event_time, ingest_time, CAST(event_id AS VARCHAR) AS event_id, "
+              f"CAST(event_time AS VARCHAR) AS event_text, CAST(ingest_time AS VARCHAR) AS ingest_text FROM {source} "
+              f"WHERE {_key_filter(key)} AND event_time >= {_ts(lo)} AND event_time < {_ts(hi)}")
+    try:
+        frame = query(select + where, warehouse).table.to_pandas()
+    except DataflowError:  # a `where` in Spark SQL that DataFusion does not take: every row of the key
+        frame = query(select, warehouse).table.to_pandas()
+    refused: set[tuple[str, str, str]] = set()
+    quarantine = f"{spec.name}__quarantine"
+    if quarantine in tables:
+        bad = query(
+            f"SELECT CAST(event_id AS VARCHAR) AS event_id, CAST(event_time AS VARCHAR) AS e, "
+            f"CAST(ingest_time AS VARCHAR) AS i FROM {quarantine} WHERE {_key_filter(key)} AND "
+            f"event_time >= {_ts(lo)} AND event_time < {_ts(hi)}", warehouse).table.to_pylist()
+        refused = {(str(r["event_id"]), str(r["e"]), str(r["i"])) for r in bad}
+    rows = [(str(e), str(t), str(i)) for e, t, i in zip(frame["event_id"], frame["event_text"], frame["ingest_text"])]
+    frame["element_kind"] = element_kinds(rows, list(frame["ingest_text"]), list(frame["event_text"]), refused)
+    return frame
+
+
+def element_kinds(rows: list[tuple[str, str, str]], ingest: list[Any], event: list[Any],
+                  refused: set[tuple[str, str, str]]) -> list[str]:
+    """Per row (event id, event time, ingest time as text): "quarantined" if refused, else
+    "duplicate" when an earlier delivery (by ingest then event time) of its event id was
+    accepted, else "accepted": the input's own rule (`spark.input.rows`: the first delivery
+    of each event id wins)."""
+    order = sorted(range(len(rows)), key=lambda i: (ingest[i], event[i]))
+    seen: set[str] = set()
+    kinds = [""] * len(rows)
+    for i in order:
+        if rows[i] in refused:
+            kinds[i] = "quarantined"
+        elif rows[i][0] in seen:
+            kinds[i] = "duplicate"
+        else:
+            seen.add(rows[i][0])
+            kinds[i] = "accepted"
+    return kinds
+
+
+def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, tables: set[str],
+                    warehouse: str | None) -> Any:
+    """Every recorded (processing time, watermark) of the stage, in ms: a replay's steps
+    (`dataflow_watermarks`), each finished micro-batch's watermark (`dataflow_batches`) and
+    each finished batch backfill's (its range's end at its processing time: a batch run
+    sees all of its input, a perfect watermark)."""
+    import json
+
+    import pandas as pd
+
+    from dataflow_core.model.time import END_OF_TIME
+
+    points: list[tuple[int, int]] = []
+    if WATERMARK_TABLE in tables:
+        marks = query(f"SELECT processing_time, watermark FROM {WATERMARK_TABLE} WHERE pipeline = "
+                      f"{literal(pipeline)} AND stage IN ({', '.join(literal(s) for s in stages)})",
+                      warehouse).table.to_pylist()
+        points += [(_ms(m["processing_time"]), _ms(m["watermark"])) for m in marks
+                   if m["processing_time"] is not None and m["watermark"] is not None]
+    if "dataflow_batches" in tables:
+        batches = query(f"SELECT now_ms, watermarks FROM dataflow_batches WHERE pipeline = {literal(pipeline)} "
+                        "AND status = 'finished'", warehouse).table.to_pylist()
+        for b in batches:
+            marks = json.loads(b["watermarks"] or "{}")
+            wm = marks.get(output, marks.get("input") if index == 0 else None)
+            if wm is not None and b["now_ms"] is not None:
+                points.append((int(b["now_ms"]), int(wm)))
+    if "dataflow_runs" in tables:
+        runs = query(f"SELECT now, args FROM dataflow_runs WHERE pipeline = {literal(pipeline)} AND "
+                     "command = 'backfill' AND status = 'finished'", warehouse).table.to_pylist()
+        for r in runs:
+            end = json.loads(r["args"] or "{}").get("end")
+            if end and r["now"] is not None:
+                points.append((_ms(r["now"]), parse_instant(end)))
+    points = [(t, w) for t, w in points if -END_OF_TIME < w < END_OF_TIME - 1]
+    return pd.DataFrame({"processing_time": [t for t, _ in points], "watermark": [w for _, w in points]},
+                        dtype="int64")
+
+
+def _ms(value: Any) -> int:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.timezone.utc)
+    return int(value.timestamp() * 1000)
