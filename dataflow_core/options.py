@@ -1,11 +1,12 @@
-"""User-given times (command-line options, Airflow params, job arguments) as instants."""
+"""User-given times (command-line options, Airflow params, job arguments) as instants and
+intervals."""
 
 from __future__ import annotations
 
 import datetime as dt
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.model.time import Instant
+from dataflow_core.model.time import Duration, Instant, parse_duration
 
 
 def parse_time(text: str | dt.datetime, option: str) -> Instant:
@@ -23,3 +24,15 @@ def parse_time(text: str | dt.datetime, option: str) -> Instant:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=dt.timezone.utc)
     return int(moment.timestamp() * 1000)
+
+
+def parse_interval(text: str, option: str) -> Duration:
+    """A positive duration in the model's syntax (`30s`, `10m`, `1h`, `1d`), in ms, for
+    options such as --batch-interval, --loop, --wait."""
+    try:
+        ms = parse_duration(text)
+    except ValueError as exc:
+        raise DataflowError(f"{option}: {exc}") from None
+    if ms <= 0:
+        raise DataflowError(f"{option}: {text!r} is no interval; give one above zero, e.g. 1m")
+    return ms

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Sequence
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.model.time import parse_duration
+from dataflow_core.options import parse_interval
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -41,13 +41,7 @@ STEPS = 7
 def parse_window(text: str) -> str:
     """A window size in the model's duration syntax (`30s`, `10m`, `1h`, `1d`), as the
     interval Spark's `window()` takes."""
-    try:
-        size = parse_duration(text)
-    except ValueError as exc:
-        raise DataflowError(f"invalid --window {text!r}: {exc}") from None
-    if size <= 0:
-        raise DataflowError(f"invalid --window {text!r}: the window size must be positive")
-    return f"{size} milliseconds"
+    return f"{parse_interval(text, '--window')} milliseconds"
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

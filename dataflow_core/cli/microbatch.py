@@ -47,18 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from dataflow_core.errors import DataflowError
-    from dataflow_core.model.time import parse_duration
+    from dataflow_core.options import parse_interval
     from dataflow_core.pipelines.check import preflight
 
     preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     every = None
     if args.loop:
-        try:
-            every = parse_duration(args.loop) / 1000
-        except ValueError as exc:
-            raise DataflowError(f"--loop: {exc}") from None
-        if every <= 0:
-            raise DataflowError(f"--loop: {args.loop!r} is no interval; give one above zero, e.g. 1m")
+        every = parse_interval(args.loop, "--loop") / 1000
         if args.now:
             raise DataflowError("--loop runs on the clock; leave out --now")
     if args.starting_version is not None and args.starting_version < 0:

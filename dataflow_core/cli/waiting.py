@@ -8,7 +8,7 @@ import math
 import time
 from typing import Callable, TypeVar
 
-from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.errors import PipelineBusy
 
 T = TypeVar("T")
 POLL_S = 5.0
@@ -24,19 +24,13 @@ def add_wait_option(parser: argparse.ArgumentParser) -> None:
 
 def wait_seconds(text: str | None) -> float | None:
     """The `--wait` option as seconds (None: do not wait; inf: no limit)."""
-    from dataflow_core.model.time import parse_duration
+    from dataflow_core.options import parse_interval
 
     if text is None:
         return None
     if text == "forever":
         return math.inf
-    try:
-        ms = parse_duration(text)
-    except ValueError as exc:
-        raise DataflowError(f"--wait: {exc}") from None
-    if ms <= 0:
-        raise DataflowError(f"--wait: {text!r} is no duration; give one above zero, e.g. 30m")
-    return ms / 1000
+    return parse_interval(text, "--wait") / 1000
 
 
 def until_free(attempt: Callable[[], T], wait_s: float | None, say: Callable[[str], None]) -> T:

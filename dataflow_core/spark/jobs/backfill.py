@@ -28,9 +28,9 @@ import datetime as dt
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, first_line
-from dataflow_core.model.time import format_instant, parse_duration
+from dataflow_core.model.time import format_instant
 from dataflow_core.model.windows import GlobalWindows, WindowFn
-from dataflow_core.options import parse_time
+from dataflow_core.options import parse_interval, parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import EventRange
@@ -68,7 +68,7 @@ def run_backfill(
     PipelineBusy (before anything is read or written) while another run holds the pipeline."""
     spec = get(pipeline)
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
-    interval = _interval(batch_interval) if replay else None
+    interval = parse_interval(batch_interval, "--batch-interval") if replay else None
     now_ms = parse_time(now, "--now") if now is not None else None
     say = progress or (lambda _m: None)
     args = {"start": format_instant(span.start), "end": format_instant(span.end), "replay": replay}
@@ -121,16 +121,6 @@ def _check_first_stage(spec: PipelineSpec) -> None:
             f"pipeline {spec.name!r}: stage {first.output!r} has {what}; backfill needs interval windows of known "
             "reach in the first stage"
         )
-
-
-def _interval(text: str) -> int:
-    try:
-        ms = parse_duration(text)
-    except ValueError as exc:
-        raise DataflowError(f"--batch-interval: {exc}") from None
-    if ms <= 0:
-        raise DataflowError("--batch-interval: must be positive")
-    return ms
 
 
 # --- batch --------------------------------------------------------------------------
