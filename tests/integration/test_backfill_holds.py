@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ from dataflow_core.spark.sinks.batches import records
 from dataflow_core.spark.sinks.lease import fresh_lease
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
 from tests.integration.test_backfill_live import _delete, _tables
+from tests.integration.test_backfill_live_processes import dataflow_process
 from tests.integration.test_microbatch import in_warehouse
 from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
 
@@ -62,17 +62,8 @@ def _spec() -> PipelineSpec:
 
 
 def _dataflow(warehouse: Path, modules: Path, *args: str) -> subprocess.Popen:
-    """A real `dataflow` process on the pipeline `_spec` names (loaded from a module)."""
-    (modules / "hold_pipelines.py").write_text(
-        "from dataflow_core.model.accumulation import AccumulationMode\n"
-        "from tests.integration.test_one_history import _billing\n"
-        f"_billing({PIPELINE!r}, AccumulationMode.RETRACTING)\n")
-    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[1]",
-           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "hold_pipelines", "PYTHONUNBUFFERED": "1"}
-    env.pop(CRASH_ENV, None)
-    env.pop(RAISE_ENV, None)
-    return subprocess.Popen([sys.executable, "-m", "dataflow_core", *args], env=env, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    """A real `dataflow` process on the pipeline `_spec` names, stderr apart."""
+    return dataflow_process(warehouse, modules, PIPELINE, *args, master="local[1]", stderr=subprocess.PIPE)
 
 
 def _backfill_args(start: str, end: str, *more: str) -> list[str]:

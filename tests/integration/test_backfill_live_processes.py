@@ -49,19 +49,26 @@ def _spec():
     return _billing(PIPELINE, AccumulationMode.RETRACTING)
 
 
-def _backfill(warehouse: Path, modules: Path, now: str = NOW) -> subprocess.Popen:
-    (modules / "bl_pipelines.py").write_text(
+def dataflow_process(warehouse: Path, modules: Path, pipeline: str, *args: str, master: str = "local[2]",
+                     stderr: int = subprocess.STDOUT) -> subprocess.Popen:
+    """A real `dataflow ARGS` process (its own session: it can be killed as a group) on the
+    retracting billing pipeline `pipeline`, which it loads from a module written to
+    `modules`; stderr into stdout unless `stderr` says otherwise."""
+    (modules / f"{pipeline}_pipelines.py").write_text(
         "from dataflow_core.model.accumulation import AccumulationMode\n"
         "from tests.integration.test_one_history import _billing\n"
-        f"_billing({PIPELINE!r}, AccumulationMode.RETRACTING)\n")
-    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": "local[2]",
-           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": "bl_pipelines", "PYTHONUNBUFFERED": "1"}
+        f"_billing({pipeline!r}, AccumulationMode.RETRACTING)\n")
+    env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": master,
+           "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": f"{pipeline}_pipelines", "PYTHONUNBUFFERED": "1"}
     env.pop(CRASH_ENV, None)
     env.pop(RAISE_ENV, None)
-    cmd = [sys.executable, "-m", "dataflow_core", "backfill", "--pipeline", PIPELINE,
-           "--start", "2024-05-01", "--end", "2024-05-02", "--now", now]
-    return subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return subprocess.Popen([sys.executable, "-m", "dataflow_core", *args], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
+
+
+def _backfill(warehouse: Path, modules: Path, now: str = NOW) -> subprocess.Popen:
+    return dataflow_process(warehouse, modules, PIPELINE, "backfill", "--pipeline", PIPELINE,
+                            "--start", "2024-05-01", "--end", "2024-05-02", "--now", now)
 
 
 def _live(spark, rows) -> list[tuple]:
