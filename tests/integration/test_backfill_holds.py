@@ -42,7 +42,6 @@ from tests.integration.test_backfill_live_processes import dataflow_process
 from tests.integration.test_microbatch import in_warehouse
 from tests.integration.test_one_history import VIEWS, _billing, _histories, _results, _sums
 
-REPO = Path(__file__).resolve().parents[2]
 S = 1000
 DAY = 24 * 3600 * S
 PIPELINE = "t_hold_proc"
