@@ -50,7 +50,6 @@ def run(args: argparse.Namespace) -> int:
     from dataflow_core.options import parse_interval
     from dataflow_core.pipelines.check import preflight
 
-    preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     every = None
     if args.loop:
         every = parse_interval(args.loop, "--loop") / 1000
@@ -62,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
         raise DataflowError(f"--max-bytes-per-batch: {args.max_bytes_per_batch!r} is no size; give e.g. 256m or 1g")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
+    preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     from dataflow_core.errors import PipelineBusy
     from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
     from dataflow_core.spark.sinks.runs import Ledger, RunResult

@@ -108,8 +108,10 @@ def take_hold(
             raise PipelineBusy(f"pipeline {spec.name!r}: another run claimed it at the same moment "
                                f"({first_line(exc)[:200]}); this run stopped before reading: try again, or "
                                "run with --wait") from None
+        hold = Hold(rec, run)
+        _confirm(spark, spec, hold)
         record_started(spark, run)
-        return Hold(rec, run)
+        return hold
     raise PipelineBusy(f"pipeline {spec.name!r}: its holds keep changing; try again")
 
 
@@ -139,6 +141,18 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         f"which has not finished; this run stopped before reading. Wait for it (--wait), run it again to finish it, "
         f"or abandon it: `dataflow backfill --pipeline {spec.name} --abandon {run_id}`"
     )
+
+
+def _confirm(spark, spec: PipelineSpec, hold: Hold) -> None:
+    """The claim stands: the pipeline's latest record, read afresh, is this run's hold
+    (PipelineBusy otherwise, before anything is read or written)."""
+    from dataflow_core.spark.sinks import batches
+
+    batches._read_logs.clear()
+    latest = (read_log(spark, spec).records or [None])[0]
+    if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
+        raise PipelineBusy(f"pipeline {spec.name!r}: another run holds it ({holder_of(latest) if latest else 'none'}); "
+                           "this run stopped before reading: try again, or run with --wait")
 
 
 def _describe(note: dict) -> str:
