@@ -32,7 +32,7 @@ import logging
 
 import pendulum
 from airflow.sdk import dag, task
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow import settings
 from dataflow_core.pipelines import all_pipelines
@@ -56,17 +56,9 @@ def make_microbatch_dag(pipeline: str, description: str):
     def microbatch_dag() -> None:
         @task
         def microbatch() -> dict[str, Any]:
-            from dataflow_core.airflow.tasks import Busy, microbatch as run_microbatch
-            from dataflow_core.errors import DataflowError
+            from dataflow_core.airflow.batch_task import microbatch_task
 
-            try:
-                return run_microbatch(pipeline)
-            except Busy as exc:
-                log.warning(f"skipped: {exc}")
-                raise AirflowSkipException(f"pipeline {pipeline} is already running: {exc}") from None
-            except DataflowError as exc:
-                log.error(f"FAILED: {exc}")
-                raise AirflowFailException(str(exc)) from None
+            return microbatch_task(pipeline)
 
         @task
         def gate_output(batch: dict[str, Any], **context: Any) -> dict[str, Any]:

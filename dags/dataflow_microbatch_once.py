@@ -27,6 +27,7 @@ import pendulum
 from airflow.sdk import Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
+from dataflow_core.airflow.batch_task import microbatch_task
 from dataflow_core.airflow.requests import pipeline_names
 
 log = logging.getLogger("dataflow")
@@ -35,20 +36,6 @@ TIMER_MARGIN_S = 1  # a timer fires in a batch whose time is after it, not at it
 
 def _names() -> list[str]:
     return pipeline_names()
-
-
-def _run_batch(pipeline: str) -> dict[str, Any]:
-    from dataflow_core.airflow.tasks import Busy, microbatch as run_microbatch
-    from dataflow_core.errors import DataflowError
-
-    try:
-        return run_microbatch(pipeline)
-    except Busy as exc:
-        log.warning(f"skipped: {exc}")
-        raise AirflowSkipException(f"pipeline {pipeline} is already running: {exc}") from None
-    except DataflowError as exc:
-        log.error(f"FAILED: {exc}")
-        raise AirflowFailException(str(exc)) from None
 
 
 def _gate(pipeline: str, batch: dict[str, Any], run_id: str) -> dict[str, Any]:
@@ -88,7 +75,7 @@ _NAMES = _names()
 def dataflow_microbatch_once() -> None:
     @task
     def microbatch(**context: Any) -> dict[str, Any]:
-        return _run_batch(context["params"]["pipeline"])
+        return microbatch_task(context["params"]["pipeline"])
 
     @task
     def gate_output(batch: dict[str, Any], **context: Any) -> dict[str, Any]:
@@ -117,7 +104,7 @@ def dataflow_microbatch_once() -> None:
         if now <= timer:
             log.info(f"waiting for the timer at {format_instant(timer)}; this task comes back then")
             raise AirflowRescheduleException(pendulum.from_timestamp(timer / 1000 + TIMER_MARGIN_S, tz="UTC"))
-        return _run_batch(pipeline)
+        return microbatch_task(pipeline)
 
     @task
     def gate_timer_batch(batch: dict[str, Any], **context: Any) -> dict[str, Any]:

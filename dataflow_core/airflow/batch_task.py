@@ -1,0 +1,27 @@
+"""The body of a DAG task that runs one micro-batch, shared by the scheduled DAG
+(`dataflow_microbatch__<pipeline>`) and the one-off DAG (`dataflow_microbatch_once`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+log = logging.getLogger("dataflow")
+
+
+def microbatch_task(pipeline: str) -> dict[str, Any]:
+    """One micro-batch of `pipeline`: skipped (not failed) while another run holds it, failed
+    without retries with its one line on a DataflowError."""
+    from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+    from dataflow_core.airflow.tasks import Busy, microbatch as run_microbatch
+    from dataflow_core.errors import DataflowError
+
+    try:
+        return run_microbatch(pipeline)
+    except Busy as exc:
+        log.warning(f"skipped: {exc}")
+        raise AirflowSkipException(f"pipeline {pipeline} is already running: {exc}") from None
+    except DataflowError as exc:
+        log.error(f"FAILED: {exc}")
+        raise AirflowFailException(str(exc)) from None
