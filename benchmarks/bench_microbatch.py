@@ -235,15 +235,15 @@ class PhaseClock:
     named after the stretch."""
 
     TARGETS = (
-        ("dataflow_core.spark.jobs.microbatch", "records", "read dataflow_batches"),
-        ("dataflow_core.spark.jobs.microbatch", "_begin", "begin: batch records, claim"),
-        ("dataflow_core.spark.jobs.microbatch", "fence", "fence: read dataflow_batches"),
-        ("dataflow_core.spark.jobs.microbatch", "write_quarantine", "quarantine MERGE"),
-        ("dataflow_core.spark.jobs.microbatch", "remember_ids", "seen ids MERGE (remember)"),
-        ("dataflow_core.spark.jobs.microbatch", "write_panes", "pane log write"),
-        ("dataflow_core.spark.jobs.microbatch", "write_results", "results MERGE"),
-        ("dataflow_core.spark.jobs.microbatch", "write_state", "state MERGE"),
-        ("dataflow_core.spark.jobs.microbatch", "append_record", "dataflow_batches append"),
+        ("dataflow_core.spark.jobs.live_sequencer", "records", "read dataflow_batches"),
+        ("dataflow_core.spark.jobs.live_sequencer", "_begin", "begin: batch records, claim"),
+        ("dataflow_core.spark.jobs.live_sequencer", "fence", "fence: read dataflow_batches"),
+        ("dataflow_core.spark.jobs.live_input", "write_quarantine", "quarantine MERGE"),
+        ("dataflow_core.spark.jobs.live_input", "remember_ids", "seen ids MERGE (remember)"),
+        ("dataflow_core.spark.jobs.live_stage", "write_panes", "pane log write"),
+        ("dataflow_core.spark.jobs.live_stage", "write_results", "results MERGE"),
+        ("dataflow_core.spark.jobs.live_stage", "write_state", "state MERGE"),
+        ("dataflow_core.spark.jobs.live_sequencer", "append_record", "dataflow_batches append"),
     )
 
     def __init__(self) -> None:

@@ -306,8 +306,8 @@ def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_
     MERGE. Each setting holds only where the Spark configuration says nothing (the suite's
     spark-defaults.conf gives both code-generation settings, and its values stay), and the
     session is left as it was."""
-    from dataflow_core.spark.jobs import microbatch
-    from dataflow_core.spark.platform import session
+    from dataflow_core.spark.jobs import live_input, live_stage, microbatch
+    from dataflow_core.spark.platform import aggregates, session
     from tests.integration.test_backfill import billing_pipeline
 
     given = spark.sparkContext.getConf()
@@ -319,9 +319,10 @@ def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_
     assert set(session.MICRO_BATCH_SQL) < set(ours) and set(session.COMPILED_SQL) < set(compiled)
     assert all(spark.conf.get(k) != ours[k] for k in ours)
     monkeypatch.setattr(microbatch, "MICRO_BATCH_SQL", ours)
-    monkeypatch.setattr(microbatch, "COMPILED_SQL", compiled)
+    monkeypatch.setattr(live_input, "COMPILED_SQL", compiled)
+    monkeypatch.setattr(live_stage, "COMPILED_SQL", compiled)
     seen: dict[str, list[str]] = {"checks": [], "results": []}
-    one_job, write_results = microbatch._one_job, microbatch.write_results
+    one_job, write_results = aggregates.one_job, live_stage.write_results
 
     def checking(*aggregates):  # the first of a batch's two: the input's counts and seen-ids check
         seen["checks"].append(aggregates[0].sparkSession.conf.get(fields))
@@ -331,8 +332,8 @@ def test_a_micro_batch_holds_its_query_settings_for_its_own_run_unless_spark_is_
         seen["results"].append(spark_.conf.get(fields))
         return write_results(spark_, *args, **kwargs)
 
-    monkeypatch.setattr(microbatch, "_one_job", checking)
-    monkeypatch.setattr(microbatch, "write_results", merging)
+    monkeypatch.setattr(aggregates, "one_job", checking)
+    monkeypatch.setattr(live_stage, "write_results", merging)
     before = {k: spark.conf.get(k) for k in ours}
     n = next(_names)
     spec = billing_pipeline(f"t_conf_{n}", f"t_conf_in_{n}")

@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.model.time import format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.runners.keyed import Schedule, Step, downstream_schedule
-from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, KeyCodec, hold_span, run_stage
+from dataflow_core.runners.keyed import Schedule, Step
+from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.input.rows import EventRange
-from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.range_input import read_range
+from dataflow_core.spark.jobs.stage_chain import StageCounts, StageOutput, first_arrivals, run_chain
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.results import write_results
@@ -27,7 +27,7 @@ from dataflow_core.spark.sinks.runs import Ledger, Run, record_watermarks
 from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 
 def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, interval: int, run: Run,
@@ -63,45 +63,27 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
     schedule = Schedule(steps, BEGINNING_OF_TIME)
     say(f"{unique:,} unique events in {len(steps):,} micro-batches of {interval // 1000}s; "
         f"watermark ends at {format_watermark(steps[-1].watermark)}")
-    record_watermarks(spark, run, spec.stages[0].output, [(n, s.time, s.watermark) for n, s in enumerate(steps)])
     first = spec.stages[0]
-    arrivals = batches.select(
-        *first.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
-        F.array(F.col("batch")).alias("seq"), (F.lit(t0) + (F.col("batch") + 1) * F.lit(interval)).alias("at_ms"),
-    )
-    out = persist_uncompressed(run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns),
-                                         first.value_type, track_holds=len(spec.stages) > 1))
-    totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("n"), F.sum("dropped").alias("d")).first()
-    ledger.dropped_late = int(totals["d"] or 0)
-    ledger.aggregated = int(totals["n"] or 0) - ledger.dropped_late
-    _write_history(spark, first, out, run, ledger, say)
-    previous, prev_stage = out, first
-    for stage in spec.stages[1:]:
-        spans = [hold_span(r) for r in previous.where("kind = 'hold'").select(*HOLD_FIELDS).collect()]
-        schedule = downstream_schedule(schedule, spans)
-        record_watermarks(spark, run, stage.output, [(n, s.time, s.watermark) for n, s in enumerate(schedule.steps)])
-        panes = previous.where("kind = 'pane'").withColumnRenamed("sub", "seq").withColumn("at_ms", F.col("emitted_at"))
-        mapped = elements_from_panes(panes, prev_stage, stage, passthrough=("seq", "at_ms"))
-        out2 = persist_uncompressed(run_stage(mapped, stage.strategy, schedule, KeyCodec(stage.key_columns),
-                                              stage.value_type, track_holds=stage is not spec.stages[-1]))
-        _write_history(spark, stage, out2, run, ledger, say)
-        previous.unpersist()
-        previous, prev_stage = out2, stage
-    previous.unpersist()
+    arrivals = first_arrivals(batches, first, F.array(F.col("batch")),
+                              F.lit(t0) + (F.col("batch") + 1) * F.lit(interval))
+
+    def run_one(stage: StageSpec, stage_arrivals, stage_schedule: Schedule, _first: bool) -> StageOutput:
+        return StageOutput(stage, persist_uncompressed(run_stage(
+            stage_arrivals, stage.strategy, stage_schedule, KeyCodec(stage.key_columns), stage.value_type,
+            track_holds=stage is not spec.stages[-1])))
+
+    def write(current: StageOutput, counts: StageCounts, stage_schedule: Schedule) -> None:
+        stage = current.stage
+        record_watermarks(spark, run, stage.output,
+                          [(n, s.time, s.watermark) for n, s in enumerate(stage_schedule.steps)])
+        panes = current.out.where("kind = 'pane'")
+        written = write_panes(spark, stage, panes, run.run_id)
+        if stage.keeps_results:
+            write_results(spark, stage, panes, run.run_id,
+                          txn=(f"dataflow:{run.pipeline}:{stage.output}:{run.run_id}", 0))
+        say(f"stage {stage.output}: {counts.panes:,} panes and {counts.retractions:,} retractions "
+            f"({written:,} new in {stage.output}_panes)")
+
+    run_chain(spec, arrivals, schedule, run_one, write, ledger)
     cached.unpersist()
     return ledger
-
-
-def _write_history(spark, stage: StageSpec, out: "DataFrame", run: Run, ledger: Ledger, say) -> None:
-    from pyspark.sql import functions as F
-
-    panes = out.where("kind = 'pane'")
-    counts = panes.agg(F.count_if(~F.col("is_retraction")).alias("p"), F.count_if("is_retraction").alias("r")).first()
-    written = write_panes(spark, stage, panes, run.run_id)
-    if stage.keeps_results:
-        write_results(spark, stage, panes, run.run_id, txn=(f"dataflow:{run.pipeline}:{stage.output}:{run.run_id}", 0))
-    p, r = int(counts["p"]), int(counts["r"])
-    ledger.per_stage[stage.output] = {"panes": p, "retractions": r, "corrected_windows": 0}
-    ledger.panes += p
-    ledger.retractions += r
-    say(f"stage {stage.output}: {p:,} panes and {r:,} retractions ({written:,} new in {stage.output}_panes)")

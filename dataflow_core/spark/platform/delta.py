@@ -40,6 +40,15 @@ def session_settings(spark: "SparkSession", settings: dict[str, str]) -> Iterato
                 spark.conf.set(key, value)
 
 
+def settings_unless_configured(spark: "SparkSession", settings: dict[str, str]) -> ContextManager[None]:
+    """These session settings for what runs inside (`session.MICRO_BATCH_SQL` for a
+    micro-batch; `session.COMPILED_SQL` around a query over a table that grows with the
+    pipeline's history), except those the user's Spark configuration gives: theirs win."""
+    from dataflow_core.spark.platform.session import unless_configured
+
+    return session_settings(spark, unless_configured(spark, settings))
+
+
 def idempotent(spark: "SparkSession", txn: Txn | None) -> ContextManager[None]:
     """Delta's session settings for an idempotent MERGE under `txn` (none when None)."""
     keys = {} if txn is None else {"spark.databricks.delta.write.txnAppId": txn[0],

@@ -33,6 +33,10 @@ WATERMARKS_SCHEMA = (
 )
 
 
+_COUNTS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions",
+           "corrected_windows")
+
+
 @dataclass
 class Ledger:
     """Where every row of a run went; `balanced` is the contract every run must meet."""
@@ -56,12 +60,31 @@ class Ledger:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in (
-            "read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late",
-            "panes", "retractions", "corrected_windows")}
+        d = {k: getattr(self, k) for k in _COUNTS}
         d["balanced"] = self.balanced
         d["per_stage"] = self.per_stage
         return d
+
+    def add_stage(self, stage: str, panes: int, retractions: int, elements: int | None = None,
+                  dropped: int = 0) -> None:
+        """A stage's panes and retractions; for the first stage (`elements` given), what it
+        aggregated and dropped as too late of the elements it took."""
+        self.per_stage[stage] = {"panes": panes, "retractions": retractions, "corrected_windows": 0}
+        self.panes += panes
+        self.retractions += retractions
+        if elements is not None:
+            self.dropped_late = dropped
+            self.aggregated = elements - dropped
+
+    def plus(self, other: "Ledger") -> "Ledger":
+        """The ledger of both runs (or batches) together."""
+        total = Ledger(**{k: getattr(self, k) + getattr(other, k) for k in _COUNTS})
+        for ledger in (self, other):
+            for stage, counts in ledger.per_stage.items():
+                agg = total.per_stage.setdefault(stage, {"panes": 0, "retractions": 0, "corrected_windows": 0})
+                for k, v in counts.items():
+                    agg[k] = agg.get(k, 0) + v
+        return total
 
     def lines(self) -> list[str]:
         ok = "OK" if self.balanced else "MISMATCH"

@@ -1,0 +1,89 @@
+"""A micro-batch's input acceptance: which of the rows the stream delivered become elements.
+
+Bad rows are quarantined with their reasons; a delivery of an event id an earlier batch (or a
+backfill) accepted is a duplicate (MillWheel's record-id dedup: ids are remembered in
+`<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); the
+ids the batch accepts are remembered under its idempotent key.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+from dataflow_core.model.time import Instant
+from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.input.rows import elements, quarantined, read_counts, tag_rows
+from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.platform import aggregates
+from dataflow_core.spark.platform.cache import persist_uncompressed
+from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_configured
+from dataflow_core.spark.platform.session import COMPILED_SQL
+from dataflow_core.spark.sinks.batches import BatchRecord
+from dataflow_core.spark.sinks.quarantine import write_quarantine
+from dataflow_core.spark.sinks.runs import Ledger
+from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+EXPIRE_EVERY = 100
+"""Every this many batches, the seen-ids write also drops ids past the lateness horizon."""
+
+
+@dataclass
+class Accepted:
+    """A batch's elements (None for a tick); the least and greatest event time of the valid
+    rows that arrived, duplicates included, which is what the watermark estimator observes
+    (rows a backfill counted before the stream delivered them are duplicates, and still tell
+    how far event time has come); and the cache the elements are read from, to release once
+    the batch is done."""
+
+    elements: "DataFrame | None"
+    arrived: tuple[Instant, Instant] | tuple[()]
+    cached: "DataFrame | None"
+
+    def release(self) -> None:
+        if self.cached is not None:
+            self.cached.unpersist()
+
+
+def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", rec: BatchRecord,
+           old_wm: Instant, ledger: Ledger, txn: Callable[[str], Txn]) -> Accepted:
+    """The batch's rows selected, tagged and checked: bad rows quarantined, deliveries of
+    ids seen before marked as duplicates, the ids it accepts remembered. Fills the ledger's
+    input side."""
+    from pyspark.sql import functions as F
+
+    if rows is None:
+        crash_point("deduplicated")
+        return Accepted(None, (), None)
+    if spec.where:
+        rows = rows.where(F.expr(spec.where))
+    tagged = persist_uncompressed(tag_rows(spark, spec, rows))
+    candidates = elements(spec, tagged)
+    seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
+    if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
+        candidates = candidates.join(seen.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
+    else:
+        candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
+    # Planned (the cache) and run (the job) compiled, in the session of the stream's rows:
+    # the seen ids grow with the pipeline's history.
+    with settings_unless_configured(candidates.sparkSession, COMPILED_SQL):
+        candidates = persist_uncompressed(candidates)
+        stats = aggregates.one_job(read_counts(tagged), candidates.agg(
+            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
+            F.count_if(F.col("_seen").isNull()).alias("new")))
+    ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
+    if ledger.quarantined:
+        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
+    crash_point("quarantined")
+    arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
+    els = candidates.where(F.col("_seen").isNull()).drop("_seen")
+    ledger.accepted = int(stats["new"])
+    ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+    expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
+    remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), expire_below, unseen=True)
+    tagged.unpersist()
+    crash_point("deduplicated")
+    return Accepted(els, arrived, candidates)

@@ -1,0 +1,117 @@
+"""The stream adapter of `dataflow microbatch`: new input from Structured Streaming's Delta
+source, each stream batch one micro-batch (`live_sequencer.run_batch`) through `foreachBatch`.
+
+The stream's checkpoint remembers which table versions were consumed and refuses a second
+concurrent query on it (MillWheel's sequencer, with `dataflow_batches`), and a batch that
+crashed is delivered again, with the same rows, to the next run. Commits that rewrite input
+files (an overwrite, `replaceWhere`, an upsert, an UPDATE or DELETE) are read with
+`ignoreChanges`: the rows of the rewritten files come again, so new rows among them count,
+and the rows the pipeline has seen are duplicates by their event ids (or, beyond the seen-ids
+horizon, too late for any window). What the rewrite changed or removed is not a live event:
+a `dataflow backfill` over its range applies it, to the results and to the live state.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any, Callable
+
+from dataflow_core.errors import PipelineBusy, is_concurrent
+from dataflow_core.model.time import Instant
+from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.input.going_live import FirstRead, source_options
+from dataflow_core.spark.jobs.live_sequencer import run_batch
+from dataflow_core.spark.platform.tables import table_path
+from dataflow_core.spark.sinks.batches import checkpoint_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+
+class _Halted(Exception):
+    """Raised in a stream batch that starts after the loop was told to stop: its input is
+    left to the next run (the checkpoint does not commit it)."""
+
+
+class Stream:
+    """The pipeline's streaming query over its input table (Structured Streaming's Delta
+    source, `foreachBatch`), each of its batches a micro-batch (`live_sequencer.run_batch`) at `clock()`. Its
+    checkpoint refuses a second concurrent query: that run is PipelineBusy. `lock` keeps a
+    stream batch and a tick of the loop from running at once."""
+
+    def __init__(self, spark, spec: PipelineSpec, say, token: str, clock: Callable[[], Instant], done: Callable,
+                 first_read: FirstRead | None = None):
+        self.spark, self.spec, self.say, self.token, self.clock, self.done = spark, spec, say, token, clock, done
+        self.first_read = first_read
+        self.batches = 0
+        self.id: str | None = None
+        self.failures: list[BaseException] = []
+        self.lock = threading.Lock()
+        self.halting = False
+        self._started = threading.Event()
+        self.checkpoint = checkpoint_path(spark, spec.name)
+        self.busy = PipelineBusy(
+            f"pipeline {spec.name!r} is already running elsewhere (its stream checkpoint {self.checkpoint} is "
+            "taken); this run stopped, and the tables are as the other run leaves them"
+        )
+
+    def each(self, df: "DataFrame", stream_batch: int) -> None:
+        self._started.wait(60)
+        with self.lock:
+            if self.halting:
+                raise _Halted()
+            self.batches += 1
+            try:
+                result = run_batch(self.spark, self.spec, df, stream_batch, self.clock(), self.say, self.token, self.id)
+            except BaseException as exc:  # re-raised by `finish` as itself, not as a stream error
+                if is_concurrent(exc) and not isinstance(exc, PipelineBusy):
+                    exc = PipelineBusy(
+                        f"pipeline {self.spec.name!r}: another run committed to the same table at the same moment "
+                        f"({type(exc).__name__}); this run stopped, and what it had committed is exactly what "
+                        "the other commits"
+                    )
+                self.failures.append(exc)
+                raise exc
+            if result is not None:
+                self.done(result)
+
+    def start(self, trigger: dict[str, Any]):
+        """The query, started with this trigger (`availableNow` or `processingTime`)."""
+        options = source_options(self.spark, self.checkpoint, self.spec.input_table, self.first_read, self.say)
+        try:
+            query = (
+                self.spark.readStream.format("delta").option("ignoreChanges", "true").options(**options)
+                .load(table_path(self.spark, self.spec.input_table))
+                .writeStream.foreachBatch(self.each)
+                .option("checkpointLocation", self.checkpoint)
+                .trigger(**trigger)
+                .start()
+            )
+        except Exception as exc:  # two runs creating the same checkpoint at once
+            if is_concurrent(exc):
+                raise self.busy from None
+            raise
+        self.id = str(query.id)
+        self._started.set()
+        return query
+
+    def halt(self, query) -> None:
+        """Stop the query once the batch under way (if any) has finished."""
+        with self.lock:
+            self.halting = True
+        query.stop()
+
+    def finish(self, query) -> None:
+        """Wait for the query to end; a batch's failure is raised as itself."""
+        from pyspark.errors import StreamingQueryException
+
+        try:
+            query.awaitTermination()
+        except StreamingQueryException as exc:
+            failures = [f for f in self.failures if not isinstance(f, _Halted)]
+            if failures:
+                raise failures[0] from None
+            if is_concurrent(exc):
+                raise self.busy from None
+            if not self.halting:
+                raise
