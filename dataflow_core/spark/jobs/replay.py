@@ -71,7 +71,7 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
     )
     out = persist_uncompressed(run_stage(arrivals, first.strategy, schedule, KeyCodec(first.key_columns),
                                          first.value_type, track_holds=len(spec.stages) > 1))
-    totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("n"), F.sum("dropped").alias("d")).first()
+    totals = out.where("kind = 'stats'").agg(F.sum("elements").alias("n"), F.sum("dropped_elements").alias("d")).first()
     ledger.dropped_late = int(totals["d"] or 0)
     ledger.aggregated = int(totals["n"] or 0) - ledger.dropped_late
     _write_history(spark, first, out, run, ledger, say)
