@@ -129,9 +129,7 @@ def correct(
 
 def _withdrawn(ws: WindowState, s: WindowingStrategy, at: Instant) -> list[Pane]:
     """The retractions of a window that lost all its input (retracting mode; none otherwise)."""
-    if s.accumulation is not AccumulationMode.RETRACTING:
-        return []
-    return [p.retracted_at(at) for p in ws.absorbed] + ([ws.standing.retracted_at(at)] if ws.standing else [])
+    return ws.replaced_at(at) if s.accumulation is AccumulationMode.RETRACTING else []
 
 
 def _restated(
@@ -192,7 +190,7 @@ def _standing_window(ks: KeyedWindowSet, c: Correction, at: Instant, watermark: 
     if others:
         ws.trigger = s.trigger.on_merge([p.trigger for p in [ws, *others]], TriggerContext(w, at, watermark))
         for p in others:
-            ws.absorbed += p.absorbed + ([p.standing] if p.standing else [])
+            ws.absorb(p)
     return ws
 
 

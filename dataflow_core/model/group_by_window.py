@@ -20,8 +20,8 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import (
     OnTime, Pane, PaneHistory, PaneInfo, PaneTiming, describe_next_pane, history_after,
 )
-from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
-from dataflow_core.model.time import END_OF_TIME, Instant, earliest, latest
+from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.state_codec import decode_key_state, encode_key_state
 from dataflow_core.model.triggers import (
     TriggerContext,
@@ -111,7 +111,7 @@ class KeyedWindowSet:
                 ws.pending += 1
                 ws.ts_min = el.timestamp if ws.ts_min is None else min(ws.ts_min, el.timestamp)
                 ws.ts_max = el.timestamp if ws.ts_max is None else max(ws.ts_max, el.timestamp)
-                s.trigger.on_element(ws.trigger, self._ctx(ws.window, at, watermark), el.value, el.timestamp)
+                s.trigger.on_element(ws.trigger, TriggerContext(ws.window, at, watermark), el.value, el.timestamp)
                 touched.add(ws.window)
             self.dropped_elements += not taken
         return self._evaluate(touched, at, watermark)
@@ -181,7 +181,7 @@ class KeyedWindowSet:
         for w in (touched if len(touched) == 1 else in_end_order(touched)):
             ws = self.windows.get(w)
             if ws is not None and not ws.closed:
-                ctx = contexts.get(w) or self._ctx(w, at, watermark)
+                ctx = contexts.get(w) or TriggerContext(w, at, watermark)
                 if s.trigger.should_fire(ws.trigger, ctx):
                     panes += self._fire(ws, ctx, last=False)
                 self._refresh_timers(ws)
@@ -226,31 +226,9 @@ class KeyedWindowSet:
     def _merge(self, result: Window, parts: Sequence[Window], at: Instant, watermark: Instant) -> None:
         s = self.strategy
         states = [self.windows.pop(p) for p in parts]
-        survivor = next((st for st in states if st.window == result), None)
-        merged = WindowState(
-            window=result,
-            trigger=s.trigger.on_merge([st.trigger for st in states], self._ctx(result, at, watermark)),
-            acc=s.combiner.merge_accumulators([st.acc for st in states]),
-            on_time=(
-                OnTime.OWED
-                if any(st.on_time is OnTime.OWED for st in states)
-                else OnTime.BEFORE
-                if watermark < result.end and not (survivor and survivor.on_time is OnTime.DONE)
-                else OnTime.DONE
-            ),
-            pending=sum(st.pending for st in states),
-            ts_min=earliest(st.ts_min for st in states),
-            ts_max=latest(st.ts_max for st in states),
-        )
-        for st in states:
-            if st is survivor:  # same bounds: the same window, which keeps counting
-                merged.next_index = st.next_index
-                merged.next_on_time_index = st.next_on_time_index
-                merged.standing = st.standing
-                merged.ended = st.ended
-                merged.absorbed += st.absorbed
-            else:
-                merged.absorbed += st.absorbed + ([st.standing] if st.standing else [])
+        trigger = s.trigger.on_merge([st.trigger for st in states], TriggerContext(result, at, watermark))
+        merged = WindowState.merged(result, states, trigger, s.combiner.merge_accumulators([st.acc for st in states]),
+                                    watermark)
         self._refresh_timers(merged)
         self.windows[result] = merged
 
@@ -305,7 +283,8 @@ class KeyedWindowSet:
         s = self.strategy
         panes: list[Pane] = []
         collected: list[WindowState] = []
-        for w in in_end_order(self._due_at_watermark(old, new)):
+        windows: WindowMap = self.windows  # type: ignore[assignment]
+        for w in in_end_order(windows.due_at_watermark(old, new, s.allowed_lateness)):
             ws = self.windows[w]
             gc_now = s.gc_time(w) <= new
             if gc_now:
@@ -316,7 +295,7 @@ class KeyedWindowSet:
                 if owes:  # no trigger fires, but data may be waiting for GC's pane
                     ws.on_time = OnTime.OWED if ws.pending else OnTime.DONE
                 continue
-            ctx = self._ctx(w, at, new)
+            ctx = TriggerContext(w, at, new)
             if not crossing and (ws.event_timer is None or ws.event_timer > new):
                 continue
             deliver_event_timers(s.trigger, ws.trigger, ctx)
@@ -329,21 +308,9 @@ class KeyedWindowSet:
             self._refresh_timers(ws)
         for ws in collected:
             if ws.pending:  # rule 7: a final pane only for data no pane has included
-                panes += self._emit(ws, self._ctx(ws.window, at, new), last=True)
+                panes += self._emit(ws, TriggerContext(ws.window, at, new), last=True)
             del self.windows[ws.window]
         return panes
-
-    def _due_at_watermark(self, old: Instant, new: Instant) -> list[Window]:
-        """The windows `advance_watermark(old, new)` has something to do for: an end to
-        pass, an event-time timer due, or a garbage collection."""
-        if new >= END_OF_TIME:
-            return list(self.windows)
-        gc_below = new - self.strategy.allowed_lateness  # gc_time(w) <= new: w.end <= gc_below
-        return [
-            w for w, ws in self.windows.items()
-            if (w.end <= new and (old < w.end or w.end <= gc_below))
-            or (ws.event_timer is not None and ws.event_timer <= new)
-        ]
 
     def output_hold(self, input_watermark: Instant) -> Instant:
         """The least timestamp a future on-time or early pane of this key may carry, so that
@@ -353,15 +320,10 @@ class KeyedWindowSet:
         return self._cached["hold", input_watermark]
 
     def _output_hold(self, input_watermark: Instant) -> Instant:
-        holds = []
-        for ws in self.windows.values():
-            if ws.closed or (ws.on_time is OnTime.DONE and ws.window.end <= input_watermark):
-                continue
-            if self.strategy.timestamp_combiner is TimestampCombiner.END_OF_WINDOW or ws.ts_min is None:
-                holds.append(ws.window.max_timestamp)
-            else:
-                holds.append(ws.ts_min)
-        return min(holds, default=END_OF_TIME)
+        tc = self.strategy.timestamp_combiner
+        return min((tc.least_pane_timestamp(ws.window, ws.ts_min) for ws in self.windows.values()
+                    if not (ws.closed or (ws.on_time is OnTime.DONE and ws.window.end <= input_watermark))),
+                   default=END_OF_TIME)
 
     # --- windows restored or restated from outside the stream ---------------------------
 
@@ -402,7 +364,7 @@ class KeyedWindowSet:
         if not ws.pending and info.timing is not PaneTiming.ON_TIME:
             return []  # rule 6: nothing new, nothing to say
         out = self.publish(
-            ws, info, s.combiner.extract_output(ws.acc), self._timestamp(ws), ctx.processing_time, history)
+            ws, info, s.combiner.extract_output(ws.acc), s.timestamp_combiner.pane_timestamp(ws.window, ws.ts_min, ws.ts_max), ctx.processing_time, history)
         ws.pending = 0
         if not s.accumulation.accumulates:
             ws.acc = s.combiner.create_accumulator()
@@ -415,33 +377,16 @@ class KeyedWindowSet:
     ) -> list[Pane]:
         """The pane `info` describes, preceded (retracting mode) by the retractions of what
         it replaces; the window's history (`history`: `ws.history`, when at hand) moves on."""
-        pane = Pane.build(
-            self.key, ws.window, value, timestamp, info.timing, info.index, info.on_time_index, info.first,
-            info.last, at,
-        )
+        pane = Pane.build(self.key, ws.window, value, timestamp, info.timing, info.index, info.on_time_index,
+                          info.first, info.last, at)
         out: list[Pane] = []
         if self.strategy.accumulation is AccumulationMode.RETRACTING:
-            out += [p.retracted_at(at) for p in ws.absorbed]
-            if ws.standing is not None:
-                out.append(ws.standing.retracted_at(at))
+            out = ws.replaced_at(at)
             ws.absorbed = []
             ws.standing = pane
         out.append(pane)
         ws.history = history_after(ws.history if history is None else history, info)
         return out
-
-    def _timestamp(self, ws: WindowState) -> Instant:
-        tc = self.strategy.timestamp_combiner
-        if tc is TimestampCombiner.EARLIEST and ws.ts_min is not None:
-            return ws.ts_min
-        if tc is TimestampCombiner.LATEST and ws.ts_max is not None:
-            return ws.ts_max
-        return ws.window.max_timestamp
-
-    @staticmethod
-    def _ctx(w: Window, at: Instant, watermark: Instant) -> TriggerContext:
-        return TriggerContext(window=w, processing_time=at, watermark=watermark)
-
 
 
 def in_end_order(windows: Iterable[Window]) -> list[Window]:

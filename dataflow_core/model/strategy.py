@@ -26,6 +26,23 @@ class TimestampCombiner(enum.Enum):
         EARLIEST, else "max" (END_OF_WINDOW panes all carry the window's end)."""
         return "min" if self is TimestampCombiner.EARLIEST else "max"
 
+    def pane_timestamp(self, window: Window, earliest: Instant | None, latest: Instant | None) -> Instant:
+        """The timestamp of a pane whose content's element times run from `earliest` to
+        `latest` (None: it has no element, as an on-time pane may not)."""
+        if self is TimestampCombiner.EARLIEST and earliest is not None:
+            return earliest
+        if self is TimestampCombiner.LATEST and latest is not None:
+            return latest
+        return window.max_timestamp
+
+    def least_pane_timestamp(self, window: Window, earliest: Instant | None) -> Instant:
+        """The least timestamp a later pane of `window` may carry when its pending content's
+        earliest element time is `earliest` (None: none pending yet): what holds a
+        downstream watermark back."""
+        if self is TimestampCombiner.END_OF_WINDOW or earliest is None:
+            return window.max_timestamp
+        return earliest
+
     def sql_aggregate(self, event_ms: str) -> str | None:
         """The timestamp of a window's elements aggregated at once, as a Spark SQL aggregate
         over their times `event_ms`; None for END_OF_WINDOW (the window's max timestamp)."""
