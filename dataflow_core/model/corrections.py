@@ -20,7 +20,7 @@ from dataflow_core.model.group_by_window import Element, KeyedWindowSet, in_end_
 from dataflow_core.model.panes import Pane, PaneHistory, PaneInfo, describe_next_pane
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant, earliest, latest
-from dataflow_core.model.triggers import TriggerContext
+from dataflow_core.model.trigger_machine import TriggerContext
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
 

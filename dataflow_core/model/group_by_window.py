@@ -13,7 +13,7 @@ through `remove_window`, `restore_window` and `publish`, so they obey the same r
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 from dataflow_core.model.accumulation import AccumulationMode
@@ -23,15 +23,12 @@ from dataflow_core.model.panes import (
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.state_codec import decode_key_state, encode_key_state
-from dataflow_core.model.triggers import (
-    TriggerContext,
-    deliver_event_timers,
-    deliver_processing_timers,
-    next_timers,
+from dataflow_core.model.trigger_machine import (
+    TriggerContext, deliver_event_timers, deliver_processing_timers, next_timers,
 )
 from dataflow_core.model.window_map import WindowMap
 from dataflow_core.model.window_state import WindowState
-from dataflow_core.model.windows import AssignContext, IntervalWindow, Window
+from dataflow_core.model.windows import AssignContext, Window
 
 if TYPE_CHECKING:
     from dataflow_core.model.lifting import Combined

@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.panes import OnTime
-from dataflow_core.model.triggers import TriggerState
+from dataflow_core.model.trigger_machine import TriggerState
 from dataflow_core.model.window_state import WindowState
 
 

@@ -9,7 +9,8 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.time import END_OF_TIME, Duration, Instant
-from dataflow_core.model.triggers import Default, Trigger
+from dataflow_core.model.trigger_machine import Trigger
+from dataflow_core.model.triggers import Default
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
 
 

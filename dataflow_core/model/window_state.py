@@ -8,7 +8,7 @@ from typing import Any
 
 from dataflow_core.model.panes import OnTime, Pane, PaneHistory
 from dataflow_core.model.time import Instant, earliest, latest
-from dataflow_core.model.triggers import TriggerState
+from dataflow_core.model.trigger_machine import TriggerState
 from dataflow_core.model.windows import Window
 
 

@@ -17,6 +17,7 @@ from dataflow_core.model.dsl import parse_trigger, parse_window_fn
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, SCENARIO_EPOCH, format_instant, parse_duration, parse_instant
+from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import (
     AfterAll,
     AfterCount,
@@ -29,7 +30,6 @@ from dataflow_core.model.triggers import (
     OrFinally,
     RepeatUntil,
     Repeatedly,
-    Trigger,
 )
 from dataflow_core.model.windows import GlobalWindow
 from dataflow_core.runners.reference import ReferenceRunner
