@@ -70,8 +70,8 @@ def _changes_windows(method: _F) -> _F:
 class KeyedWindowSet:
     """All windows of one key under one `WindowingStrategy`.
 
-    Every method that changes `windows` is marked `_changes_windows` (code outside this
-    class only fills `windows` of a new set, before asking anything)."""
+    Every method that changes `windows` is marked `_changes_windows`; code outside this
+    class reads `windows` and changes it only through `remove_window` and `restore_window`."""
 
     def __init__(self, key: Hashable, strategy: WindowingStrategy):
         self.key = key
