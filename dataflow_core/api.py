@@ -28,9 +28,10 @@ from dataflow_core.model.panes import Pane, PaneTiming
 from dataflow_core.model.pipeline import PaneMapper
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import Duration, parse_duration
+from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import (
     AfterAll, AfterCount, AfterEach, AfterFirst, AfterProcessingTime, AfterWatermark, AlignedProcessingTime,
-    Default, Never, OrFinally, Repeatedly, Trigger,
+    Default, Never, OrFinally, Repeatedly,
 )
 from dataflow_core.model.watermarks import (
     HeuristicWatermark, PercentileWatermark, PerfectWatermark, WatermarkEstimator,

@@ -44,13 +44,13 @@ class Scenario:
     start: Instant
     events: list[Event]
     expect: list[dict[str, Any]] = field(default_factory=list)
-    dropped: int | None = None
+    dropped_pairs: int | None = None  # the scenario's `dropped`: element-window pairs
 
 
 @dataclass
 class ReplayResult:
     panes: list[Pane]
-    dropped: int
+    dropped_pairs: int  # element-window pairs dropped (printed as `dropped=N`)
     elements: int
 
 
@@ -207,7 +207,7 @@ def replay_local(scenario: Scenario) -> ReplayResult:
                 ) from None
         if event.watermark is not None:
             panes += runner.advance_watermark(event.watermark)
-    return ReplayResult(panes, runner.dropped, runner.elements_in)
+    return ReplayResult(panes, runner.dropped_pairs, runner.elements_in)
 
 
 RUNNERS: dict[str, str] = {

@@ -377,7 +377,8 @@ def next_timer(pipeline: str, warehouse: str | None = None) -> int | None:
 
 
 def completeness(timer: int | None, now_ms: float) -> str:
-    """One line saying when the live results are complete (fault 8 of issue 51)."""
+    """One line saying when the live results are complete, so that an operator reading a task's
+    log knows whether a window may still change without reading the state table."""
     from dataflow_core.model.time import format_instant
 
     if timer is None:

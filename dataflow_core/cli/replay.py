@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     retractions = sum(p.retraction for p in result.panes)
     print(
         f"replay {scenario.name}: runner={args.runner} elements={result.elements} "
-        f"panes={len(result.panes) - retractions} retractions={retractions} dropped={result.dropped}",
+        f"panes={len(result.panes) - retractions} retractions={retractions} dropped={result.dropped_pairs}",
         file=sys.stderr,
     )
     return 0

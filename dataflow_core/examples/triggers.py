@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from dataflow_core.model.triggers import Trigger, TriggerContext, TriggerState
+from dataflow_core.model.trigger_machine import Trigger, TriggerContext, TriggerState
 
 
 class AfterMatchingElement(Trigger):

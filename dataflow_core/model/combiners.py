@@ -84,7 +84,8 @@ class CombineFn(ABC, Generic[Acc]):
     def output_difference(self, total: Any, previous_total: Any) -> Any:
         """The discarding pane that follows a pane history totalling `previous_total` when
         the window's total is now `total`. A sum's is the difference; an extremum cannot be
-        undone by a later pane, so its correction carries the new total."""
+        undone by a later pane, so its correction carries the new total. Asked only of a
+        window that has a history: a window's first pane carries its total."""
         if self.output_merge == "sum" and total is not None and previous_total is not None:
             return total - previous_total
         return total

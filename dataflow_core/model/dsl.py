@@ -13,6 +13,7 @@ from typing import Any, Callable
 from dataflow_core.model import triggers as t
 from dataflow_core.model import windows as w
 from dataflow_core.model.time import parse_duration
+from dataflow_core.model.trigger_machine import Trigger
 
 _TOKEN = re.compile(r"\s*(?:(?P<dur>\d+(?:ms|s|m|h|d)\b)|(?P<num>\d+(?:\.\d+)?|\.\d+)|(?P<name>[A-Za-z_]\w*)|(?P<sym>[(),=]))")
 
@@ -109,8 +110,8 @@ def _duration(call: str, what: str, v: Any) -> int:
     raise ExpressionError(f"{call}: {what} must be a duration such as 30s or 2m, got {_show(v)}")
 
 
-def _trigger(call: str, v: Any) -> t.Trigger:
-    if isinstance(v, t.Trigger):
+def _trigger(call: str, v: Any) -> Trigger:
+    if isinstance(v, Trigger):
         return v
     raise ExpressionError(f"{call}: expected a trigger, got {_show(v)}")
 
@@ -191,7 +192,7 @@ TRIGGERS: dict[str, _Spec] = {
     "AfterPercentileWatermark": _percentile,
     "AtPercentileWatermark": _percentile,
 }
-_VARIADIC: dict[str, Callable[..., t.Trigger]] = {
+_VARIADIC: dict[str, Callable[..., Trigger]] = {
     "AfterEach": t.AfterEach,
     "SequenceOf": t.AfterEach,
     "AfterFirst": t.AfterFirst,
@@ -247,5 +248,5 @@ def parse_window_fn(text: str) -> w.WindowFn:
     return _build(_Parser(str(text)).parse(), WINDOWS, "window", {})
 
 
-def parse_trigger(text: str) -> t.Trigger:
+def parse_trigger(text: str) -> Trigger:
     return _build(_Parser(str(text)).parse(), TRIGGERS, "trigger", _VARIADIC)

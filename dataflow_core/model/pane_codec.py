@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Hashable, Mapping
 
-from dataflow_core.model.panes import Pane, PaneTiming
-from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.model.panes import Pane, PaneInfo, PaneTiming
+from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.windows import GLOBAL_WINDOW, GlobalWindow, IntervalWindow, Window
 
 PANE_FIELDS = (
@@ -49,18 +49,35 @@ def standing_flags(pane_index: Any) -> tuple[Any, bool]:
 
 def pane_to_row(pane: Pane, encode_value: Codec = _same) -> dict[str, Any]:
     start, end = window_bounds(pane.window)
-    return {
+    row = {
         "window_start": start,
         "window_end": end,
         "value": encode_value(pane.value),
         "ts": None if pane.timestamp >= END_OF_TIME - 1 else pane.timestamp,
-        "timing": pane.timing.value,
-        "pane_index": pane.index,
-        "on_time_index": pane.on_time_index,
-        "is_first": pane.first,
-        "is_last": pane.last,
-        "is_retraction": pane.retraction,
-        "emitted_at": pane.emitted_at,
+    }
+    row.update(_metadata(pane.timing, pane.index, pane.on_time_index, pane.first, pane.last, pane.retraction,
+                         pane.emitted_at))
+    return row
+
+
+def pane_metadata_row(info: PaneInfo, emitted_at: Instant) -> dict[str, Any]:
+    """The fields of a pane's row that `info` and its emission time decide (all but its
+    window, value and timestamp): what a runner copies onto many windows' rows at once."""
+    return _metadata(info.timing, info.index, info.on_time_index, info.first, info.last, False, emitted_at)
+
+
+def _metadata(
+    timing: PaneTiming, index: int, on_time_index: int | None, first: bool, last: bool, retraction: bool,
+    emitted_at: Instant,
+) -> dict[str, Any]:
+    return {
+        "timing": timing.value,
+        "pane_index": index,
+        "on_time_index": on_time_index,
+        "is_first": first,
+        "is_last": last,
+        "is_retraction": retraction,
+        "emitted_at": emitted_at,
     }
 
 

@@ -15,20 +15,22 @@ from typing import Any, Protocol
 
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.panes import OnTime
-from dataflow_core.model.triggers import TriggerState
+from dataflow_core.model.trigger_machine import TriggerState
 from dataflow_core.model.window_state import WindowState
 
 
-class _KeyState(Protocol):
-    """What is stored of a key (`group_by_window.KeyedWindowSet`)."""
+class KeyState(Protocol):
+    """What is stored of a key (`group_by_window.KeyedWindowSet`), and how its windows are
+    put back."""
 
     key: Any
     strategy: Any
     windows: dict
-    dropped: int
+    dropped_pairs: int
     dropped_elements: int
 
-    def _refresh_timers(self, ws: WindowState) -> None: ...
+    def restore_window(self, ws: WindowState) -> None: ...
+
 
 STATE_VERSION = 1
 _DECIMAL = "$decimal"  # JSON has no exact decimals: {"$decimal": "12.50"} stands for Decimal("12.50")
@@ -58,19 +60,19 @@ def _decode_object(obj: dict) -> Any:
     return Decimal(obj[_DECIMAL]) if len(obj) == 1 and _DECIMAL in obj else obj
 
 
-def encode_key_state(ks: "_KeyState") -> dict | None:
+def encode_key_state(ks: "KeyState") -> dict | None:
     if not ks.windows:
         return None
     combiner = ks.strategy.combiner
     return {
         "version": STATE_VERSION,
-        "dropped": ks.dropped,
+        "dropped": ks.dropped_pairs,  # the stored key of version 1: element-window pairs
         "dropped_elements": ks.dropped_elements,
         "windows": [_window(ws, combiner) for _, ws in sorted(ks.windows.items(), key=lambda i: (i[0].end, i[0].start))],
     }
 
 
-def decode_key_state(ks: "_KeyState", data: dict | None) -> "_KeyState":
+def decode_key_state(ks: "KeyState", data: dict | None) -> "KeyState":
     if data is None:
         return ks
     version = data.get("version") if isinstance(data, dict) else None
@@ -81,7 +83,7 @@ def decode_key_state(ks: "_KeyState", data: dict | None) -> "_KeyState":
             "or reset the pipeline's live state)"
         )
     combiner = ks.strategy.combiner
-    ks.dropped = int(data["dropped"])
+    ks.dropped_pairs = int(data["dropped"])
     ks.dropped_elements = int(data["dropped_elements"])
     for w in data["windows"]:
         window = window_of(w["start"], w["end"])
@@ -99,8 +101,7 @@ def decode_key_state(ks: "_KeyState", data: dict | None) -> "_KeyState":
             absorbed=[pane_from_row(ks.key, p) for p in w["absorbed"]],
             ended=w["ended"],
         )
-        ks._refresh_timers(ws)
-        ks.windows[window] = ws
+        ks.restore_window(ws)
     return ks
 
 

@@ -9,7 +9,8 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.time import END_OF_TIME, Duration, Instant
-from dataflow_core.model.triggers import Default, Trigger
+from dataflow_core.model.trigger_machine import Trigger
+from dataflow_core.model.triggers import Default
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
 
 
@@ -25,6 +26,23 @@ class TimestampCombiner(enum.Enum):
         """How the timestamps of a window's panes combine into its total's: "min" for
         EARLIEST, else "max" (END_OF_WINDOW panes all carry the window's end)."""
         return "min" if self is TimestampCombiner.EARLIEST else "max"
+
+    def pane_timestamp(self, window: Window, earliest: Instant | None, latest: Instant | None) -> Instant:
+        """The timestamp of a pane whose content's element times run from `earliest` to
+        `latest` (None: it has no element, as an on-time pane may not)."""
+        if self is TimestampCombiner.EARLIEST and earliest is not None:
+            return earliest
+        if self is TimestampCombiner.LATEST and latest is not None:
+            return latest
+        return window.max_timestamp
+
+    def least_pane_timestamp(self, window: Window, earliest: Instant | None) -> Instant:
+        """The least timestamp a later pane of `window` may carry when its pending content's
+        earliest element time is `earliest` (None: none pending yet): what holds a
+        downstream watermark back."""
+        if self is TimestampCombiner.END_OF_WINDOW or earliest is None:
+            return window.max_timestamp
+        return earliest
 
     def sql_aggregate(self, event_ms: str) -> str | None:
         """The timestamp of a window's elements aggregated at once, as a Spark SQL aggregate

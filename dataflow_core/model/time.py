@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from typing import Any
+from typing import Any, Iterable
 
 Instant = int  # milliseconds since 1970-01-01T00:00:00Z
 Duration = int  # milliseconds
@@ -104,3 +104,15 @@ def is_due(timer: Any, deadline: Any, time: Any, watermark: Any) -> Any:
     by_timer = False if timer is None else timer < time
     by_watermark = False if deadline is None else deadline <= watermark
     return by_timer | by_watermark
+
+
+def earliest(times: Iterable[Instant | None]) -> Instant | None:
+    """The least of `times` that are known (None: none is)."""
+    known = [t for t in times if t is not None]
+    return min(known) if known else None
+
+
+def latest(times: Iterable[Instant | None]) -> Instant | None:
+    """The greatest of `times` that are known (None: none is)."""
+    known = [t for t in times if t is not None]
+    return max(known) if known else None

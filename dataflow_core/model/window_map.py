@@ -23,7 +23,7 @@ import heapq
 import itertools
 from typing import Any, Iterable
 
-from dataflow_core.model.time import Instant
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import Window
 
@@ -155,6 +155,18 @@ class WindowMap(dict):  # dict[Window, WindowState]
             if ws is not None and ws.processing_timer == t:
                 due[w] = None
         return list(due)
+
+    def due_at_watermark(self, old: Instant, new: Instant, allowed_lateness: Duration) -> list[Window]:
+        """The windows that have something to do when the watermark moves from `old` to
+        `new`: an end to pass, an event-time timer due, or a garbage collection."""
+        if new >= END_OF_TIME:
+            return list(self)
+        gc_below = new - allowed_lateness  # `WindowingStrategy.gc_time(w) <= new`: w.end <= gc_below
+        return [
+            w for w, ws in self.items()
+            if (w.end <= new and (old < w.end or w.end <= gc_below))
+            or (ws.event_timer is not None and ws.event_timer <= new)
+        ]
 
     def _changed(self) -> None:
         self._next_processing = self._next_event = _UNKNOWN

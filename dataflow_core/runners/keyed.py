@@ -120,8 +120,8 @@ class KeyResult:
     panes: list[tuple[Seq, Pane]] = field(default_factory=list)  # (sub-step, pane)
     holds: list[HoldSpan] = field(default_factory=list)
     elements: int = 0
-    dropped: int = 0  # elements none of whose windows took them (late, or window closed)
-    dropped_windows: int = 0  # element-window pairs dropped (what scenarios count)
+    dropped_elements: int = 0  # elements none of whose windows took them (late, or window closed)
+    dropped_pairs: int = 0  # element-window pairs dropped (what scenarios count as `dropped`)
     state: KeyedWindowSet | None = None
 
 
@@ -149,7 +149,7 @@ def run_key(
     if tracking and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
     seqs, times, watermarks, index, n = schedule.seqs, schedule.times, schedule.watermarks, schedule.index, len(schedule)
-    dropped, dropped_windows = ks.dropped_elements, ks.dropped
+    dropped_elements, dropped_pairs = ks.dropped_elements, ks.dropped_pairs
     next_timer, next_deadline = ks.next_processing_timer, ks.next_watermark_deadline
     # The schedule index where a timer / deadline comes due, kept while it stays the same
     # (a key's next timer and deadline change far less often than it is visited).
@@ -216,8 +216,8 @@ def run_key(
         if k + 1 > j:
             j = k + 1
     out.elements = sum(a.count for a in arrivals)
-    out.dropped = ks.dropped_elements - dropped  # only elements change these
-    out.dropped_windows = ks.dropped - dropped_windows
+    out.dropped_elements = ks.dropped_elements - dropped_elements  # only elements change these
+    out.dropped_pairs = ks.dropped_pairs - dropped_pairs
     holds.close()
     return out
 
@@ -331,7 +331,7 @@ class StageRun:
     panes: list[tuple[Seq, Pane]]
     schedule: Schedule
     elements: int
-    dropped: int
+    dropped_elements: int
     states: dict[Hashable, KeyedWindowSet]
 
 
@@ -349,7 +349,7 @@ def run_stage(
     `lift` pre-combines each bundle where the strategy `lifts`."""
     panes: list[tuple[Seq, Pane]] = []
     spans: list[HoldSpan] = []
-    elements = dropped = 0
+    elements = dropped_elements = 0
     states = {}
     lift = lift and lifts(strategy)
     for key, key_arrivals in arrivals.items():
@@ -359,9 +359,9 @@ def run_stage(
         panes += r.panes
         spans += r.holds
         elements += r.elements
-        dropped += r.dropped
+        dropped_elements += r.dropped_elements
         states[key] = r.state
-    return StageRun(panes, schedule, elements, dropped, states), spans
+    return StageRun(panes, schedule, elements, dropped_elements, states), spans
 
 
 def arrivals_from_panes(

@@ -33,8 +33,9 @@ class ReferenceRunner:
         self._deadlines: list[tuple[Instant, int, Hashable]] = []
 
     @property
-    def dropped(self) -> int:
-        return sum(k.dropped for k in self.keys.values())
+    def dropped_pairs(self) -> int:
+        """Element-window pairs dropped as too late or for a closed window (FORMAT's `dropped`)."""
+        return sum(k.dropped_pairs for k in self.keys.values())
 
     def _key(self, key: Hashable) -> KeyedWindowSet:
         ks = self.keys.get(key)
@@ -129,8 +130,8 @@ class ReferencePipelineRunner:
         self.outputs: list[list[Pane]] = [[] for _ in self.stages]
 
     @property
-    def dropped(self) -> list[int]:
-        return [r.dropped for r in self.stages]
+    def dropped_pairs(self) -> list[int]:
+        return [r.dropped_pairs for r in self.stages]
 
     def advance_processing_time(self, to: Instant) -> None:
         while True:

@@ -13,5 +13,5 @@ def assert_replays_exactly(path: Path, runner: str = "local") -> None:
     result = replay(scenario, runner)
     comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in result.panes])
     assert comparison.ok, comparison.report(scenario.name)
-    if scenario.dropped is not None:
-        assert result.dropped == scenario.dropped, f"{scenario.name}: dropped={result.dropped}, want {scenario.dropped}"
+    if scenario.dropped_pairs is not None:
+        assert result.dropped_pairs == scenario.dropped_pairs, f"{scenario.name}: dropped={result.dropped_pairs}, want {scenario.dropped_pairs}"

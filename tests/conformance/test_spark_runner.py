@@ -46,9 +46,9 @@ def test_case_replays_on_spark_as_on_the_reference_runner(spark, path: Path):
     assert panes_to_jsonl(on_spark.panes).splitlines() == panes_to_jsonl(local.panes).splitlines()
     comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in on_spark.panes])
     assert comparison.ok, comparison.report(f"{scenario.name} (spark)")
-    assert on_spark.dropped == local.dropped, f"dropped: spark {on_spark.dropped}, local {local.dropped}"
-    if scenario.dropped is not None:
-        assert on_spark.dropped == scenario.dropped
+    assert on_spark.dropped_pairs == local.dropped_pairs, f"dropped: spark {on_spark.dropped_pairs}, local {local.dropped_pairs}"
+    if scenario.dropped_pairs is not None:
+        assert on_spark.dropped_pairs == scenario.dropped_pairs
     assert on_spark.elements == local.elements
 
 

@@ -54,7 +54,7 @@ def test_figure_replays_to_the_panes_it_lists(path: Path) -> None:
     result = replay_local(scenario)
     comparison = compare_panes(scenario.expect, [pane_to_json(p) for p in result.panes])
     assert comparison.ok, comparison.report(scenario.name)
-    assert result.dropped == scenario.dropped
+    assert result.dropped_pairs == scenario.dropped_pairs
 
 
 def _final_values(path: Path) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dataflow_core.model.dsl import ExpressionError, parse_trigger, parse_window_fn
+from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import (
     AfterAll,
     AfterCount,
@@ -17,7 +18,6 @@ from dataflow_core.model.triggers import (
     Never,
     OrFinally,
     Repeatedly,
-    Trigger,
 )
 from dataflow_core.model.windows import FixedWindows, GlobalWindows, Sessions, SlidingWindows
 

@@ -1,5 +1,6 @@
 """The import graph of dataflow_core: the model imports no engine, `spark/` layers import
-only downwards, nothing imports another module's private names, and there is no cycle."""
+only downwards and nothing of the packages built on `spark/` (quality, airflow, cli, ...),
+nothing imports another module's private names, and there is no cycle."""
 
 from __future__ import annotations
 
@@ -9,6 +10,9 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "dataflow_core"
 LAYERS = ["platform", "input", "execute", "sinks", "jobs"]  # each may import those before it
+ABOVE_SPARK = ("quality", "airflow", "cli", "api", "sample", "__main__")
+"""Packages of dataflow_core that build on `spark/` (the quality gates run Spark jobs): none of
+`spark/` may import them, at any depth (an import inside a function included)."""
 ENGINES = ("pyspark", "delta", "airflow", "great_expectations")
 
 
@@ -48,6 +52,16 @@ def test_spark_layers_import_only_downwards():
             if tparts[:2] == ["dataflow_core", "spark"] and len(tparts) > 2:
                 assert tparts[2] in LAYERS, (module, target)
                 assert LAYERS.index(tparts[2]) <= layer, f"{module} imports {target}, a layer above it"
+
+
+def test_spark_imports_nothing_that_builds_on_it():
+    for module, imports in _imports().items():
+        if not module.startswith("dataflow_core.spark."):
+            continue
+        for target, _ in imports:
+            tparts = target.split(".")
+            assert not (tparts[0] == "dataflow_core" and len(tparts) > 1 and tparts[1] in ABOVE_SPARK), (
+                f"{module} imports {target}, which builds on spark/")
 
 
 def test_no_private_names_cross_modules():

@@ -85,7 +85,7 @@ def test_add_combined_equals_add_bundle(history, window_fn, trigger, mode, laten
         if h.watermark is not None and h.watermark > wm:
             assert plain.advance_watermark(wm, h.watermark, h.at) == lifted.advance_watermark(wm, h.watermark, h.at)
             wm = h.watermark
-        assert (plain.dropped, plain.dropped_elements) == (lifted.dropped, lifted.dropped_elements)
+        assert (plain.dropped_pairs, plain.dropped_elements) == (lifted.dropped_pairs, lifted.dropped_elements)
         assert plain.to_state() == lifted.to_state()
         assert plain.output_hold(wm) == lifted.output_hold(wm)
         assert plain.next_watermark_deadline(wm) == lifted.next_watermark_deadline(wm)
@@ -99,7 +99,7 @@ def test_one_stage_lifted_equals_unlifted_and_reference(history, window_fn, trig
     [plain] = run_pipeline(pipeline, *keyed_input(history))
     [lifted] = run_pipeline(pipeline, *keyed_input(history), lift=True)
     assert bag(lifted.panes) == bag(plain.panes) == Counter(map(repr, ref.outputs[0]))
-    assert lifted.dropped == plain.dropped == sum(ks.dropped_elements for ks in ref.stages[0].keys.values())
+    assert lifted.dropped_elements == plain.dropped_elements == sum(ks.dropped_elements for ks in ref.stages[0].keys.values())
     assert {k: v.to_state() for k, v in lifted.states.items()} == {k: v.to_state() for k, v in plain.states.items()}
 
 
@@ -122,4 +122,4 @@ def test_two_stages_lifted_equal_unlifted_and_reference(history, trigger, mode, 
         want = Counter(map(repr, ref.outputs[n]))
         assert bag(plain[n].panes) == want, f"stage {n + 1} unlifted"
         assert bag(lifted[n].panes) == want, f"stage {n + 1} lifted"
-        assert lifted[n].dropped == plain[n].dropped
+        assert lifted[n].dropped_elements == plain[n].dropped_elements

@@ -42,7 +42,7 @@ def test_late_view_merging_two_short_sessions_is_retracted_downstream():
     assert {(p.window.start, p.window.end) for p in retractions} >= {(0, 5 * S), (6 * S, 9 * S)}
     runner.advance_watermark(END_OF_TIME)
     assert final_counts(runner) == {}
-    assert runner.dropped == [0, 0]
+    assert runner.dropped_pairs == [0, 0]
 
 
 views = st.lists(
@@ -67,7 +67,7 @@ def test_two_stage_result_equals_batch_recomputation(views, bundle_sizes, lag):
         i, k = i + size, k + 1
     runner.advance_processing_time(at + S)
     runner.advance_watermark(END_OF_TIME)
-    assert runner.dropped == [0, 0]
+    assert runner.dropped_pairs == [0, 0]
     assert final_counts(runner) == {k: v for k, v in batch_short_sessions_per_ad(views, GAP, SHORT).items() if v}
 
 

@@ -102,7 +102,7 @@ def test_retracting_nets_to_standing_accumulating_panes(history, window_fn, trig
 def test_discarding_panes_add_up_to_accumulating_total(history, window_fn, trigger, lateness):
     dis, dis_runner = replay(window_fn, trigger, AccumulationMode.DISCARDING, lateness, history)
     acc, acc_runner = replay(window_fn, trigger, AccumulationMode.ACCUMULATING, lateness, history)
-    assert dis_runner.dropped == acc_runner.dropped
+    assert dis_runner.dropped_pairs == acc_runner.dropped_pairs
     last = {}
     for p in acc:
         last[(p.key, p.window)] = p.value
@@ -145,7 +145,7 @@ def test_default_trigger_with_watermark_at_end_equals_group_by(history, window_f
     # Everything arrives before the watermark moves: one final move to the end of time.
     only_data = [Step(s.at, add=s.add) for s in history if s.add] + [history[-1]]
     panes, runner = replay(window_fn, Default(), mode, 0, only_data)
-    assert runner.dropped == 0
+    assert runner.dropped_pairs == 0
     got = {(p.key, p.window): p.value for p in panes if not p.retraction}
     assert len(got) == len([p for p in panes if not p.retraction])  # one pane per window
     assert all(p.last and p.timing.value == "ON_TIME" for p in panes)
@@ -165,7 +165,7 @@ def test_sessions_do_not_depend_on_order_within_a_bundle(history, trigger, mode,
     b, rb = replay(sessions, trigger, mode, parse_duration("1000d"), shuffled)
     key = lambda p: (p.key, p.window, p.value, p.index, p.timing, p.on_time_index, p.last, p.retraction, p.emitted_at)
     assert Counter(map(key, a)) == Counter(map(key, b))
-    assert ra.dropped == rb.dropped
+    assert ra.dropped_pairs == rb.dropped_pairs
 
 
 class BruteForceRunner(ReferenceRunner):
@@ -203,4 +203,4 @@ def test_runner_scheduling_equals_asking_every_key(history, window_fn, trigger, 
     fast, slow = ReferenceRunner(s, START), BruteForceRunner(s, START)
     key = lambda p: (p.key, p.window, p.value, p.index, p.timing, p.on_time_index, p.last, p.retraction, p.emitted_at)
     assert Counter(map(key, run(fast, history))) == Counter(map(key, run(slow, history)))
-    assert fast.dropped == slow.dropped
+    assert fast.dropped_pairs == slow.dropped_pairs

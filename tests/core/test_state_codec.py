@@ -65,7 +65,7 @@ def test_state_round_trip_continues_exactly(window_fn, trigger, combiner, mode, 
                                  allowed_lateness=parse_duration("10m"), combiner=combiner, timestamp_combiner=tc)
     straight, clock = KeyedWindowSet("k", strategy), {"at": 0, "wm": 0}
     _drive(straight, before, clock, value)
-    cut = (straight.dropped, straight.dropped_elements)
+    cut = (straight.dropped_pairs, straight.dropped_elements)
     expected = _drive(straight, after + [("watermark", 10**9)], dict(clock), value)
 
     stored, clock = KeyedWindowSet("k", strategy), {"at": 0, "wm": 0}
@@ -74,11 +74,11 @@ def test_state_round_trip_continues_exactly(window_fn, trigger, combiner, mode, 
     assert text is None or pickle_free(text)
     resumed = KeyedWindowSet.from_state("k", strategy, state_from_text(text))
     assert resumed.to_state() == stored.to_state()
-    start = (resumed.dropped, resumed.dropped_elements)  # a key with no window keeps no counts
+    start = (resumed.dropped_pairs, resumed.dropped_elements)  # a key with no window keeps no counts
     assert _drive(resumed, after + [("watermark", 10**9)], dict(clock), value) == expected
     # runners count each visit's drops (the difference), so what is dropped after resuming must agree
-    assert (resumed.dropped - start[0], resumed.dropped_elements - start[1]) == (
-        straight.dropped - cut[0], straight.dropped_elements - cut[1])
+    assert (resumed.dropped_pairs - start[0], resumed.dropped_elements - start[1]) == (
+        straight.dropped_pairs - cut[0], straight.dropped_elements - cut[1])
 
 
 def test_an_unknown_state_version_is_refused_with_a_clear_error():

@@ -17,6 +17,7 @@ from dataflow_core.model.dsl import parse_trigger, parse_window_fn
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, SCENARIO_EPOCH, format_instant, parse_duration, parse_instant
+from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import (
     AfterAll,
     AfterCount,
@@ -29,7 +30,6 @@ from dataflow_core.model.triggers import (
     OrFinally,
     RepeatUntil,
     Repeatedly,
-    Trigger,
 )
 from dataflow_core.model.windows import GlobalWindow
 from dataflow_core.runners.reference import ReferenceRunner
@@ -83,8 +83,8 @@ class Run:
             self.panes += out
 
     @property
-    def dropped(self) -> int:
-        return self.runner.dropped
+    def dropped_pairs(self) -> int:
+        return self.runner.dropped_pairs
 
 
 def hms(t: int) -> str:
@@ -127,7 +127,7 @@ def test_after_count_fires_at_exactly_n_elements_then_finishes_and_closes_the_wi
     )
     assert [len(s) for s in r.by_step] == [0, 0, 1, 0]
     assert views(r.panes, *WHAT) == [(111, "EARLY", 0, True, "12:00:03")]
-    assert r.dropped == 1  # the fourth element came for a closed window
+    assert r.dropped_pairs == 1  # the fourth element came for a closed window
 
 
 def test_after_count_bundle_reaching_the_count_fires_once_for_the_whole_bundle():
@@ -202,7 +202,7 @@ def test_after_processing_time_alone_finishes_with_its_pane_and_closes_the_windo
          tick("12:05:00")],
     )
     assert views(r.panes, *WHAT) == [(1, "EARLY", 0, True, "12:00:30")]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 # --- AlignedProcessingTime --------------------------------------------------------------
@@ -294,7 +294,7 @@ def test_after_watermark_without_late_finishes_with_on_time_pane_and_drops_later
          wm("12:03:00", "end")],
     )
     assert views(r.panes, *WHAT) == [(1, "EARLY", 0, False, "12:00:10"), (1, "ON_TIME", 1, True, "12:02:00")]
-    assert r.dropped == 2
+    assert r.dropped_pairs == 2
 
 
 def test_after_watermark_on_time_pane_cancels_pending_early_timers():
@@ -345,7 +345,7 @@ def test_after_each_moves_to_the_next_trigger_when_one_finishes():
         (11, 0, False, "12:00:01"),
         (11100, 1, True, "12:00:04"),
     ]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 def test_after_each_moves_on_from_a_processing_time_trigger():
@@ -356,7 +356,7 @@ def test_after_each_moves_on_from_a_processing_time_trigger():
          add("12:01:50", (10000, "12:00:00"))],
     )
     assert views(r.panes, "value", "last", "emitted_at") == [(11, False, "12:01:00"), (1100, True, "12:01:40")]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 def test_after_first_fires_with_the_first_ready_trigger_and_finishes():
@@ -372,7 +372,7 @@ def test_after_first_fires_with_the_first_ready_trigger_and_finishes():
          tick("12:05:00"), add("12:05:10", (100, "12:00:00"))],
     )
     assert views(time_first.panes, "value", "last", "emitted_at") == [(11, True, "12:01:10")]
-    assert time_first.dropped == 1
+    assert time_first.dropped_pairs == 1
 
 
 def test_after_all_waits_for_every_trigger_then_finishes():
@@ -382,7 +382,7 @@ def test_after_all_waits_for_every_trigger_then_finishes():
          add("12:03:20", (100, "12:00:00"))],
     )
     assert views(count_last.panes, "value", "last", "emitted_at") == [(11, True, "12:03:10")]
-    assert count_last.dropped == 1
+    assert count_last.dropped_pairs == 1
     time_last = Run(
         strategy(AfterAll(AfterCount(2), AfterProcessingTime(parse_duration("1m"))), window="GlobalWindows()"),
         [add("12:00:10", (1, "12:00:00")), add("12:00:20", (10, "12:00:00")), tick("12:05:00")],
@@ -402,7 +402,7 @@ def test_or_finally_fires_as_its_trigger_until_the_until_trigger_fires():
         (11, "EARLY", False, "12:00:10"),
         (100, "ON_TIME", True, "12:01:10"),
     ]
-    assert r.dropped == 2
+    assert r.dropped_pairs == 2
 
 
 def test_or_finally_finishes_when_its_trigger_finishes():
@@ -411,7 +411,7 @@ def test_or_finally_finishes_when_its_trigger_finishes():
         [add("12:00:01", (1, "12:00:00")), add("12:00:02", (10, "12:00:00")), add("12:00:03", (100, "12:00:00"))],
     )
     assert views(r.panes, "value", "last") == [(11, True)]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 def test_or_finally_until_firing_with_nothing_new_emits_nothing_but_closes_the_window():
@@ -420,7 +420,7 @@ def test_or_finally_until_firing_with_nothing_new_emits_nothing_but_closes_the_w
         [add("12:00:10", (1, "12:00:00")), tick("12:05:00"), add("12:05:10", (10, "12:00:00"))],
     )
     assert views(r.panes, "value", "last", "emitted_at") == [(1, False, "12:00:10")]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 def test_repeat_until_repeats_then_stops_with_the_until_pane():
@@ -435,7 +435,7 @@ def test_repeat_until_repeats_then_stops_with_the_until_pane():
         (1100, 1, False, "12:00:03"),
         (10000, 2, True, "12:00:04"),
     ]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 # --- Never, AfterPercentileWatermark ----------------------------------------------------
@@ -470,7 +470,7 @@ def test_after_percentile_watermark_fires_once_that_share_of_element_times_is_be
     )
     assert r.by_step[1] == []
     assert views(r.panes, "value", "timing", "last", "emitted_at") == [(1111, "EARLY", True, "12:00:20")]
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
 
 
 def test_after_percentile_watermark_counts_elements_of_merged_sessions():
@@ -600,7 +600,7 @@ def test_data_for_a_collected_window_is_dropped_and_counted():
         [wm("12:00:00", "12:03:00"), add("12:00:10", (1, "12:01:59"), (10, "12:02:00"))],
     )
     # [12:01, 12:02) + 1m expired at 12:03; [12:02, 12:03) has not yet
-    assert r.dropped == 1
+    assert r.dropped_pairs == 1
     assert views(r.panes, "window", "value", "timing") == [("12:02:00-12:03:00", 10, "LATE")]
 
 
@@ -650,4 +650,4 @@ def test_merged_window_is_on_time_when_a_part_was_owed_an_on_time_pane():
 def test_start_is_both_the_initial_clock_and_watermark():
     r = Run(strategy("Default()", window="FixedWindows(1m)"), [add("12:00:00", (1, "11:59:30"))], start="12:00:00")
     assert r.runner.watermark == parse_instant("12:00:00") == SCENARIO_EPOCH + 12 * 3_600_000
-    assert r.dropped == 1 and r.panes == []
+    assert r.dropped_pairs == 1 and r.panes == []

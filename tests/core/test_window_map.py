@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflow_core.model.panes import OnTime
-from dataflow_core.model.triggers import TriggerState
+from dataflow_core.model.trigger_machine import TriggerState
 from dataflow_core.model.window_map import WindowMap
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import IntervalWindow

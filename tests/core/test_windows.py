@@ -130,7 +130,7 @@ def test_sliding_windows_drop_only_the_expired_windows_of_an_element():
     runner = ReferenceRunner(strategy, parse_instant("12:02:00"))
     runner.add([("k", 1, parse_instant("12:01:30"))])
     # [11:59, 12:02) is already expired at watermark 12:02; [12:00, 12:03) and [12:01, 12:04) are not
-    assert runner.dropped == 1
+    assert runner.dropped_pairs == 1
     panes = runner.advance_watermark(END_OF_TIME)
     assert sorted((p.window.start, p.value) for p in panes) == [
         (parse_instant("12:00:00"), 1),

@@ -13,7 +13,6 @@ from hypothesis import strategies as st
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import MaxFn, SumFn
-from dataflow_core.model.group_by_window import fresh_correction
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME
 from dataflow_core.model.triggers import AfterCount, AfterWatermark, AlignedProcessingTime
@@ -69,7 +68,6 @@ def test_fresh_windows_in_sql_equal_the_model_key_by_key(spark, drawn, mode, wat
                               watermark, fresh_in_sql=fresh_in_sql, all_fresh=all_fresh)
         return sorted((r.asDict() for r in out.drop("ordinal").collect()), key=repr)
 
-    assert fresh_correction(strategy, AT, watermark) is not None, "these windows go the SQL way"
     in_sql = rows(True)
     assert in_sql == rows(False), (mode, watermark)
     fresh = {(r[0], r[1]) for r in fixes.collect() if r["s_pane_index"] is None}

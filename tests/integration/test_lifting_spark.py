@@ -133,7 +133,7 @@ def test_one_stage_lifted_equals_unlifted_and_reference(spark, history, window_f
     assert sorted(map(repr, lifted)) == sorted(map(repr, plain))
     ref = reference(Pipeline.of(Stage("s", strategy)), history)
     assert spark_panes(lifted) == reference_panes(ref.outputs[0])
-    assert sum(r["dropped"] for r in lifted if r["kind"] == "stats") == sum(
+    assert sum(r["dropped_elements"] for r in lifted if r["kind"] == "stats") == sum(
         ks.dropped_elements for ks in ref.stages[0].keys.values())
 
 

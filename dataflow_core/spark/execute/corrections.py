@@ -1,8 +1,8 @@
 """A batch backfill's corrections, run per key in executors by the model
-(`KeyedWindowSet.correct`), never in SQL.
+(`model.corrections.correct`), never in SQL.
 
 Input, per key: the changed windows (`CORRECTION_COLUMNS`: the recomputed value and
-timestamp, or `present` false for a window that no longer exists, beside the standing
+timestamp, or `present` false for a window that lost all its input, beside the standing
 results row's pane as `s_*` fields), and, when micro-batches keep live state for the stage,
 the key's elements (to rebuild the corrected windows' accumulators) and its stored state.
 Output: the stage's output rows of kind `'pane'` (corrections and retractions, in order),
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dataflow_core.model.group_by_window import Correction, Element, FreshCorrection, KeyedWindowSet, fresh_correction
-from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
+from dataflow_core.model.corrections import Correction, FreshCorrection, correct, fresh_correction
+from dataflow_core.model.group_by_window import Element, KeyedWindowSet
+from dataflow_core.model.pane_codec import pane_from_row, pane_metadata_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Instant
 from dataflow_core.spark.execute.by_key import map_keys
@@ -80,7 +81,7 @@ def run_corrections(
                 els.append(Element(r["el_value"], r["event_ms"], bool(r["el_retraction"])))
             else:
                 fixes_.append(_correction(key, r))
-        done = ks.correct(fixes_, at, watermark, elements=els if live else None)
+        done = correct(ks, fixes_, at, watermark, elements=els if live else None)
         keyed = dict(zip(keys, row_key))
         rows = [{**keyed, "kind": "pane", "ordinal": n, **pane_to_row(p)} for n, p in enumerate(done.panes)]
         for window, pane, total in done.results:
@@ -95,7 +96,7 @@ def run_corrections(
         return rows
 
     if not live:
-        probe = fresh_correction(strategy, at, watermark) if fresh_in_sql else None
+        probe = fresh_correction(at, watermark) if fresh_in_sql else None
         if probe is None:
             return _kept(map_keys(both, keys, one_key, schema), persisted)
         fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
@@ -126,11 +127,10 @@ def _fresh_rows(fixes: "DataFrame", probe: FreshCorrection, keys: list[str], sch
 
     own = ("window_start", "window_end", "value", "ts")
     passed = F.col("window_end") <= F.lit(probe.watermark)
-    early = pane_to_row(probe.early) if probe.early is not None else None
+    early = pane_metadata_row(probe.early, probe.emitted_at) if probe.early is not None else None
     fields: dict[str, "object"] = {}
-    for name, value in pane_to_row(probe.passed).items():
-        if name not in own:
-            fields[name] = F.lit(value) if early is None else F.when(passed, F.lit(value)).otherwise(F.lit(early[name]))
+    for name, value in pane_metadata_row(probe.passed, probe.emitted_at).items():
+        fields[name] = F.lit(value) if early is None else F.when(passed, F.lit(value)).otherwise(F.lit(early[name]))
     def of_kind(kind: str) -> "DataFrame":
         rows = fixes.select(*keys, *own, F.lit(kind).alias("kind"), F.lit(0).alias("ordinal"),
                             *[c.alias(n) for n, c in fields.items()])

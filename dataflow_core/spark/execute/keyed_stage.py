@@ -4,7 +4,7 @@
 The input DataFrame has the stage's key columns and `value`, `event_ms`, `retraction`,
 `seq` (array<bigint>, the step the element arrives at) and `at_ms` (that step's processing
 time). The output has one row per pane (`kind = 'pane'`, the pane codec's fields), per hold
-span (`'hold'`) and per key (`'stats'`: elements and dropped counts), so a single pass
+span (`'hold'`) and per key (`'stats'`: its elements, and the elements and element-window pairs it dropped), so a single pass
 gives the panes, the downstream watermark's inputs and the ledger; a resumable stage also
 gives each key's new state (`'state'`).
 
@@ -37,7 +37,7 @@ OUTPUT_FIELDS = (
     "value {value_type}, ts bigint, timing string, pane_index int, on_time_index int, "
     "is_first boolean, is_last boolean, is_retraction boolean, emitted_at bigint, "
     "hold bigint, hold_end array<bigint>, hold_time bigint, hold_end_time bigint, "
-    "elements bigint, dropped bigint, dropped_windows bigint, "
+    "elements bigint, dropped_elements bigint, dropped_pairs bigint, "
     "state string, state_version int, wake_timer bigint, wake_watermark bigint, windows array<struct<"
     "window_start: bigint, window_end: bigint, pending: int, next_index: int, "
     "next_timer: bigint, closed: boolean>>"
@@ -166,8 +166,8 @@ def _rows(row_key: list, result: Any, schedule: Schedule, codec: KeyCodec, resum
         rows.append({**keyed, "kind": "hold", "sub": list(span.start), "hold": span.hold,
                      "hold_end": None if span.end is None else list(span.end),
                      "hold_time": span.start_time, "hold_end_time": span.end_time})
-    rows.append({**keyed, "kind": "stats", "elements": result.elements, "dropped": result.dropped,
-                 "dropped_windows": result.dropped_windows})
+    rows.append({**keyed, "kind": "stats", "elements": result.elements,
+                 "dropped_elements": result.dropped_elements, "dropped_pairs": result.dropped_pairs})
     if resumable:
         wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
         rows.append(state_row(keyed, result.state, wm))  # type: ignore[arg-type]

@@ -1,7 +1,7 @@
 """Combiner lifting on Spark: before grouping by key, Spark SQL reduces a stage's arrivals
 to one row per (key, window before merging, step, addition or retraction), so executors'
-Python sees windows rather than events (issue 14; the paper's §2.2, Beam's combiner
-lifting).
+Python sees windows rather than events, whose objects would cost more than the model's
+work on them (the paper's §2.2, Beam's combiner lifting).
 
 Every rule comes from the model: the window from `WindowFn.sql_window`, the partial
 aggregate from `CombineFn.sql_partial`, whether a strategy may be lifted from

@@ -1,5 +1,5 @@
 """Going live after backfills: the first micro-batch adopts the windows batch backfills (or
-replays) emitted, per key in executors by the model (`KeyedWindowSet.take_over`), so live
+replays) emitted, per key in executors by the model (`model.corrections.take_over`), so live
 input continues each window's pane history instead of starting a second one.
 
 Input, per key: its standing panes (a results table's rows as panes, `STANDING_FIELDS`)
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.corrections import take_over
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.state_codec import state_text
@@ -59,7 +60,7 @@ def taken_over_states(
             else:
                 els.append(Element(decode(r["el_value"]), r["el_ms"], bool(r["_retraction"])))
         ks = KeyedWindowSet(key, strategy)
-        ks.take_over(panes, watermark, elements=els)
+        take_over(ks, panes, watermark, elements=els)
         state = ks.to_state()
         if state is None:
             return []

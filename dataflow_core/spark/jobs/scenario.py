@@ -34,13 +34,13 @@ def replay_spark(scenario: Scenario) -> ReplayResult:
     codec = KeyCodec(("key",), decode_value=json.loads, encode_value=json.dumps)
     out = run_stage(arrivals, scenario.strategy, schedule, codec, "string")
     collected = out.where(F.col("kind").isin("pane", "stats")).collect()
-    panes, dropped, elements = [], 0, 0
+    panes, dropped_pairs, elements = [], 0, 0
     for r in collected:
         if r["kind"] == "stats":
-            dropped += r["dropped_windows"]
+            dropped_pairs += r["dropped_pairs"]
             elements += r["elements"]
             continue
         pane = pane_from_row(json.loads(r["key"]), r.asDict(), decode_value=json.loads)
         panes.append((tuple(r["sub"]), r["ordinal"], pane))
     panes.sort(key=lambda p: (p[0], json.dumps(p[2].key, sort_keys=True), p[1]))
-    return ReplayResult([p for _, _, p in panes], dropped, elements)
+    return ReplayResult([p for _, _, p in panes], dropped_pairs, elements)

@@ -103,7 +103,7 @@ def count(current: StageOutput) -> StageCounts:
     found = aggregates.one_job(current.out.agg(
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.col("window_end"))).alias("end"),
-        F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped"))).alias("d"),
+        F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped_elements"))).alias("d"),
         F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
     ), *idle)
     current.holds = [hold_span(h) for h in found["h"]]

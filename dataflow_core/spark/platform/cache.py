@@ -1,9 +1,9 @@
 """`persist_uncompressed`: how the runners keep a DataFrame they read more than once.
 
 Spark's in-memory columns are compressed by default, and compressing is most of what
-building the cache costs: a backfill's elements (event ids, decimal values, times) compress
-to 611 MiB from 733 MiB, and building that cache took 23 s instead of 15 s on 10M rows (2
-cores). So the runners' caches are kept uncompressed. The setting is captured when
+building the cache costs, while a runner's elements (event ids, decimal values, times)
+hardly compress (figures: docs/spark-runner.md, Performance). So the runners' caches are
+kept uncompressed. The setting is captured when
 `persist()` is called, so it is set for that call only: the session's own caches (a
 notebook's, say) keep the user's setting.
 """

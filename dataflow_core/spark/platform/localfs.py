@@ -6,14 +6,13 @@ starts a `chmod` process for every file and folder it creates and a `readlink` f
 link status it reads: two per rename through FileContext, which is how Delta commits to a
 local table. A micro-batch of a few Delta commits starts thousands of them; each forks the
 driver's JVM. The classes in `localfs_java/` do both with java.nio and leave everything
-else to Hadoop (measured over a two-stage pipeline's micro-batches and backfills in one session: ~3,400
-fewer processes, 4-16% less CPU).
+else to Hadoop (the processes and CPU they save: docs/setup.md).
 
 `make setup` compiles them with the JDK's `javac` into `.cache/` (`python -m
 dataflow_core.spark.platform.localfs`); a local session (`get_spark`) puts the jar on its
 JVM's class path and names the classes as the `file:` scheme's file systems
-(`driver_setup`). Without a JDK (a JRE has no javac) nothing changes: Hadoop's own classes
-serve, as before. Clusters are left alone: their executors keep Hadoop's.
+(`driver_setup`). Without a JDK (a JRE has no javac) Hadoop's own classes serve: slower,
+with the same results. Clusters are left alone: their executors keep Hadoop's.
 """
 
 from __future__ import annotations

@@ -145,9 +145,9 @@ LOCAL_SQL_DEFAULTS = {
     # setting otherwise follows the default parallelism, which the cores bound)
     "spark.sql.leafNodeDefaultParallelism": str(LOCAL_PARALLELISM_CAP),
     # Delta rebuilds a table's state (its files, its idempotent-write ids) with a small Spark
-    # job after each commit, before the next idempotent write: one task instead of two is
-    # cheaper on tables of a few thousand files (a micro-batch commits to seven: 50k-row
-    # batches 4% faster, issue 14)
+    # job after each commit, before the next idempotent write: on tables of a few thousand
+    # files a second task costs more than it splits, and a micro-batch commits to seven
+    # (docs/spark-runner.md, Performance)
     "spark.databricks.delta.snapshotPartitions": "1",
     # VACUUM lists a table's folders with this many Spark tasks (Spark's default is
     # 10,000: 30 s of empty tasks per table on 2 cores, whatever the table's size)
@@ -159,12 +159,10 @@ the user's Spark configuration (spark-defaults.conf, `--conf`) says nothing, so 
 
 TABLE_DEFAULTS = {
     # A Delta table writes a checkpoint of its log every `checkpointInterval` commits (10 by
-    # default), in the committing job: in a fresh process that commit took 3.6 s instead of
-    # 1.8 s (a one-row append). A micro-batch makes six or seven commits to five or six
-    # tables, so one process per batch met 0.6 to 0.7 such commits per batch, some 1 s on
-    # average (at 50: about 0.15). Tables this session creates checkpoint every 50 commits
-    # instead; reading one back costs the same (a fresh process's append after 59 commits and
-    # no checkpoint: 1.65-1.72 s, after a checkpoint and 6 commits: 1.67-1.71 s; issue 14).
+    # default), in the committing job, which that makes about twice as slow. A micro-batch
+    # makes six or seven commits to five or six tables, so at 10 most batches would pay for
+    # one; at 50 few do, and reading a log of up to 50 commits back without a checkpoint
+    # costs no more than with one (figures: docs/setup.md).
     "spark.databricks.delta.properties.defaults.checkpointInterval": "50",
 }
 """Delta table properties for the tables a session creates (sinks, samples), on any master;
@@ -172,11 +170,10 @@ each only where the user's Spark configuration says nothing. Tables that exist k
 
 
 MICRO_BATCH_SQL = {
-    # A micro-batch runs some thirty distinct queries over a few thousand rows each, and
-    # much of their cost was Spark generating and compiling Java for them (Janino, then the
-    # JIT: half the CPU of a 50k-row batch). Interpreted (with COMPILED_SQL where history
-    # grows), 50k-row batches took about 5% less time and CPU in `bench_streaming`, alone and
-    # in `--loop` (issue 14; docs/spark-runner.md, Performance). Whole-stage code generation is
+    # A micro-batch runs some thirty distinct queries over a few thousand rows each: at that
+    # size Spark generating and compiling Java for them (Janino, then the JIT) costs more
+    # than the generated code saves, so they run interpreted (with COMPILED_SQL where history
+    # grows; figures: docs/spark-runner.md, Performance). Whole-stage code generation is
     # Spark's public switch; `factoryMode` turns off the per-expression generated classes
     # too (an internal setting of Spark's, read in Spark 4.2 by
     # `CodeGeneratorWithInterpretedFallback`: every expression keeps an interpreted path).
