@@ -10,7 +10,6 @@ runner drives.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from dataflow_core.model.time import Duration, Instant, earliest, format_duration
 from dataflow_core.model.trigger_machine import Trigger, TriggerContext, TriggerState

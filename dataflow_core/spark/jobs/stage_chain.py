@@ -45,7 +45,7 @@ class StageCounts:
     panes: int
     retractions: int
     elements: int
-    dropped: int
+    dropped_elements: int
     first_window_end: Instant | None  # the earliest window a pane of this stage closes
 
 
@@ -81,7 +81,7 @@ def run_chain(spec: PipelineSpec, arrivals: "DataFrame | None", schedule: Schedu
         counts = count(current)
         write(current, counts, schedule)
         ledger.add_stage(stage.output, counts.panes, counts.retractions,
-                         counts.elements if upstream is None else None, counts.dropped)
+                         counts.elements if upstream is None else None, counts.dropped_elements)
         if upstream is not None:
             upstream.out.unpersist()
         upstream = current
