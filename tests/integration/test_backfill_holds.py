@@ -244,7 +244,7 @@ CRASH_POINTS = ("t_law_b-planned", "t_law_b-corrected-panes", "t_law_b-corrected
                 "backfill-finished")
 
 
-@settings(max_examples=3, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=2, deadline=None, suppress_health_check=list(HealthCheck))
 @given(point=st.sampled_from(CRASH_POINTS), deleted=st.integers(0, len(VIEWS) - 1),
        late_at=st.integers(0, 9 * 60))
 def test_crash_and_change_law(spark, tmp_path_factory, point, deleted, late_at):

@@ -17,7 +17,7 @@ from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table, table_exists
 from tests.integration.test_backfill import (
-    DAY0, M, reference_results, results_of, sessions_pipeline, to_rows, write_input,
+    DAY0, M, billing_pipeline, reference_results, results_of, sessions_pipeline, to_rows, write_input,
 )
 
 _names = itertools.count()
@@ -380,3 +380,40 @@ def test_going_live_over_a_history_reads_bounded_batches_or_from_the_version_giv
             said.clear()
             run_microbatch(spark, spec.name, now=format_instant(DAY0 + 61 * M), progress=said.append, first_read=first)
             assert not [m for m in said if m.startswith("going live")], "the checkpoint says where to go on"
+
+
+def test_a_micro_batch_commits_once_to_each_table_it_changes_and_twice_to_the_batch_log(spark, tmp_path):
+    """The Delta commits of a warm micro-batch, counted per table from the tables' versions,
+    so that no change adds one silently (each costs a Delta transaction, the larger part of a
+    small batch's time): its claim and its `finished` record in `dataflow_batches`, then one
+    each for the ids it accepts, its bad rows, its panes, its results and its state. A tick
+    with nothing due commits nothing."""
+    from dataflow_core.spark.platform.delta import table_version
+    from dataflow_core.spark.sinks.holds import pipeline_tables
+
+    n = next(_names)
+    spec = billing_pipeline(f"t_commits_{n}", f"t_commits_in_{n}")
+    stage = spec.stages[0]
+    names = ["dataflow_batches", "dataflow_runs", "dataflow_watermarks", *pipeline_tables(spec)]
+    t = DAY0 + 3 * M
+
+    def commits(run) -> dict[str, int]:
+        before = {name: table_version(spark, name) for name in names}
+        assert run().ledger_ok
+        return {name: v - before[name] for name in names if (v := table_version(spark, name)) != before[name]}
+
+    with in_warehouse(spark, tmp_path):
+        write_input(spark, spec.input_table, [("a1", "u1", "ad1", "5", t, t + 1000)])
+        commits(lambda: run_microbatch(spark, spec.name, now=format_instant(t + 5 * M)))
+        # the watermark passes the window's end: its on-time pane makes the pane log and the results
+        write_input(spark, spec.input_table, [("w1", "u1", "ad2", "1", DAY0 + 12 * M, t + 6 * M)], mode="append")
+        made = commits(lambda: run_microbatch(spark, spec.name, now=format_instant(t + 9 * M)))
+        assert {stage.output, f"{stage.output}_panes"} <= set(made), made
+        # a late view (a late pane at once) and a bad row
+        write_input(spark, spec.input_table, [("a2", "u2", "ad1", "7", t, t + 7 * M),
+                                              ("bad", "u1", "ad1", "seven", t, t + 7 * M)], mode="append")
+        warm = commits(lambda: run_microbatch(spark, spec.name, now=format_instant(t + 10 * M)))
+        assert warm == {"dataflow_batches": 2, f"{spec.name}__seen_ids": 1, f"{spec.name}__quarantine": 1,
+                        f"{stage.output}_panes": 1, stage.output: 1, f"{stage.output}__state": 1}, warm
+        idle = commits(lambda: run_microbatch(spark, spec.name, now=format_instant(t + 10 * M + 1000)))
+        assert idle == {}, idle
