@@ -1,7 +1,7 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
-#                 Delta jars cached in .cache/, the local file system's jar and the S3 log
-#                 store's built there where a JDK is, the S3 server's own venv in
+#                 Delta jars cached in .cache/, the local file system's jar and the log
+#                 stores' (file: and S3) built there where a JDK is, the S3 server's own venv in
 #                 .cache/s3-server, the Data Docs' styles and scripts (npm packages, pinned in
 #                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/ (docs/setup.md;
 #                 idempotent; re-installs when a lock changes)
@@ -68,7 +68,7 @@ setup: $(VENV)/.ready $(S3_SERVER_READY)
 	@$(PY) -m compileall -q -j 0 dataflow_core jobs pipelines dags tests >/dev/null
 	@$(PY) -m dataflow_core.spark.platform.jars
 	@$(PY) -m dataflow_core.spark.platform.localfs
-	@$(PY) -m dataflow_core.spark.platform.s3a
+	@$(PY) -m dataflow_core.spark.platform.logstore
 	@$(PY) -m dataflow_core.quality.assets
 
 $(PY):
