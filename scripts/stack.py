@@ -228,9 +228,10 @@ def start() -> int:
     say = lambda what: print(f"[{time.monotonic() - started:5.1f}s] {what}", flush=True)  # noqa: E731
     say(f"PostgreSQL on 127.0.0.1:{s['POSTGRES_PORT']} ({state / 'postgres'})")
     _postgres(s, env, state)
-    say(f"S3 server (moto) on 127.0.0.1:{s['S3_PORT']}, bucket {s['S3_BUCKET']}")
+    bucket = s["DATAFLOW_WAREHOUSE"].split("://", 1)[1].split("/", 1)[0]
+    say(f"S3 server (moto) on 127.0.0.1:{s['S3_PORT']}, bucket {bucket}")
     _run([str(VENV_BIN / "python"), "-m", "tests.s3_server", "start", "--state", str(state / "s3.json"),
-          "--port", s["S3_PORT"], "--bucket", s["S3_BUCKET"]], env, "the S3 server")
+          "--port", s["S3_PORT"], "--bucket", bucket], env, "the S3 server")
     say(f"Spark master on 127.0.0.1:{s['SPARK_MASTER_PORT']} and two workers")
     _spark(s, env, state)
     say(f"sample input: {s['DATAFLOW_SAMPLE_ROWS']} rows into video_events in {s['DATAFLOW_WAREHOUSE']}")
