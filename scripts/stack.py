@@ -88,7 +88,16 @@ def stack_env(s: dict[str, str], state: Path) -> dict[str, str]:
         "SPARK_LOG_DIR": str(state / "logs"),
         "SPARK_WORKER_DIR": str(state / "spark-work"),
         "PYSPARK_PYTHON": str(VENV_BIN / "python"),
+        "SPARK_CONF_DIR": str(state / "spark-conf"),
     }
+
+
+def _spark_defaults(s: dict[str, str], state: Path) -> None:
+    """The drivers' spark-defaults.conf: a session on a cluster keeps Spark's defaults, 200
+    shuffle partitions among them, which two one-core workers would run as 200 tasks per stage."""
+    folder = state / "spark-conf"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spark-defaults.conf").write_text(f"spark.sql.shuffle.partitions {s['SPARK_SQL_SHUFFLE_PARTITIONS']}\n")
 
 
 def _daemon(name: str, command: list[str], env: dict[str, str], state: Path) -> int:
@@ -190,6 +199,7 @@ def _stop_postgres(state: Path) -> None:
 def _spark(s: dict[str, str], env: dict[str, str], state: Path) -> None:
     spark_class = str(VENV_BIN / "spark-class")
     master = f"spark://127.0.0.1:{s['SPARK_MASTER_PORT']}"
+    _spark_defaults(s, state)
     _daemon("spark-master", [spark_class, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
                              "--port", s["SPARK_MASTER_PORT"], "--webui-port", s["SPARK_MASTER_WEBUI_PORT"]], env, state)
     for n in (1, 2):
