@@ -80,6 +80,7 @@ def stack_env(s: dict[str, str], state: Path) -> dict[str, str]:
         "DATAFLOW_UI_URL": api,
         "DATAFLOW_SPARK_MASTER": f"spark://127.0.0.1:{s['SPARK_MASTER_PORT']}",
         "DATAFLOW_WAREHOUSE": s["DATAFLOW_WAREHOUSE"],
+        "DATAFLOW_DATA_DOCS": str(state / "data_docs"),  # the gates' Data Docs, beside the stack's other state
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{s['S3_PORT']}",
         "AWS_REGION": s["AWS_REGION"],
         "AWS_ACCESS_KEY_ID": s["AWS_ACCESS_KEY_ID"],
