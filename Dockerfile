@@ -30,10 +30,9 @@ WORKDIR /opt/dataflow
 
 # Dependencies first (their layer survives code edits), exactly the locked versions.
 COPY requirements.lock ./
+# The lock holds Airflow's Postgres drivers too (psycopg2-binary and asyncpg: Airflow 3 opens
+# its database both ways), for docker-compose.yml and `make stack`.
 RUN pip install --no-deps -r requirements.lock
-# Postgres drivers for Airflow's metadata DB in docker-compose.yml (local runs use SQLite):
-# Airflow 3 opens the same database both ways, sync (psycopg2) and async (asyncpg).
-RUN pip install psycopg2-binary==2.9.10 asyncpg==0.30.0
 
 COPY --chown=dataflow:0 pyproject.toml README.md ./
 COPY --chown=dataflow:0 dataflow_core ./dataflow_core
@@ -47,6 +46,6 @@ USER dataflow
 # Resolve the Delta jars and the S3A connector's from Maven Central now, so containers start
 # without network access; build the S3 log store (a warehouse on s3a:// needs it).
 RUN python -m dataflow_core.spark.platform.jars && python -m dataflow_core.spark.platform.localfs \
-    && python -m dataflow_core.spark.platform.s3a --fetch
+    && python -m dataflow_core.spark.platform.logstore && python -m dataflow_core.spark.platform.s3a --fetch
 
 ENV DATAFLOW_WAREHOUSE=/warehouse

@@ -1,7 +1,7 @@
 # One entry point for a fresh clone:
 #   make setup  - .venv from requirements.lock, project installed editable, Java check,
-#                 Delta jars cached in .cache/, the local file system's jar and the S3 log
-#                 store's built there where a JDK is, the S3 server's own venv in
+#                 Delta jars cached in .cache/, the local file system's jar and the log
+#                 stores' (file: and S3) built there where a JDK is, the S3 server's own venv in
 #                 .cache/s3-server, the Data Docs' styles and scripts (npm packages, pinned in
 #                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/ (docs/setup.md;
 #                 idempotent; re-installs when a lock changes)
@@ -15,6 +15,14 @@
 #                        DB, sample data generated if none); prints the URL, user and password
 #   make airflow-stop  - stop it: every process it started, task processes and Spark JVMs included
 #   make airflow-demo  - the dataflow_demo DAG once through `airflow dags test`
+#   make stack         - docker-compose.yml's topology as processes, without Docker
+#                        (scripts/stack.py, settings in stack.env): PostgreSQL, Airflow's
+#                        api-server, scheduler, dag-processor and triggerer (LocalExecutor), a
+#                        Spark master and two workers, the S3 server and the warehouse on
+#                        s3a://; prints the UI's address and login
+#   make stack-stop    - stop it: no process of it is left
+#   make stack-check   - make stack, one dataflow_backfill DAG run through the REST API, its
+#                        table read back from S3, make stack-stop (tests/stack_check.py; CI)
 #   make docs   - the paper's figures (docs/figures/*.svg) from docs/figures/scenarios/*.yaml
 #   make lock   - re-resolve requirements.lock from pyproject.toml, install it, and write the
 #                 Delta jars' lock from Ivy's resolution (needs network)
@@ -47,7 +55,7 @@ PYTEST_ARGS ?=
 # e.g. `make test PYTEST_WORKERS=8` on 8.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup test demo bench docs airflow airflow-stop airflow-demo lock clean distclean
+.PHONY: setup test demo bench docs airflow airflow-stop airflow-demo stack stack-stop stack-check lock clean distclean
 
 # The S3 server of development and tests (moto's standalone server, tests/s3_server.py starts
 # and stops it by PID): a venv of its own, so that moto's pins never meet the product's.
@@ -68,7 +76,7 @@ setup: $(VENV)/.ready $(S3_SERVER_READY)
 	@$(PY) -m compileall -q -j 0 dataflow_core jobs pipelines dags tests >/dev/null
 	@$(PY) -m dataflow_core.spark.platform.jars
 	@$(PY) -m dataflow_core.spark.platform.localfs
-	@$(PY) -m dataflow_core.spark.platform.s3a
+	@$(PY) -m dataflow_core.spark.platform.logstore
 	@$(PY) -m dataflow_core.quality.assets
 
 $(PY):
@@ -140,6 +148,15 @@ airflow-stop:
 airflow-demo: setup
 	scripts/airflow-env.sh airflow db migrate
 	scripts/airflow-env.sh airflow dags test dataflow_demo --conf '{"rows": 2000}'
+
+stack: setup
+	@$(PY) scripts/stack.py start
+
+stack-stop:
+	@$(PY) scripts/stack.py stop
+
+stack-check: setup
+	@$(PY) -m tests.stack_check
 
 lock: $(PY)
 	$(PY) -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)

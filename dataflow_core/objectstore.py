@@ -115,11 +115,12 @@ class S3Settings:
                 options["AWS_SESSION_TOKEN"] = self.session_token
         return options
 
-    def pyarrow_fs(self):
+    def pyarrow_fs(self, allow_bucket_creation: bool = False):
         """A pyarrow S3 file system on the same store (to list the warehouse's tables)."""
         from pyarrow import fs as pafs
 
-        kwargs = {"region": self.region, "force_virtual_addressing": not self.path_style}
+        kwargs = {"region": self.region, "force_virtual_addressing": not self.path_style,
+                  "allow_bucket_creation": allow_bucket_creation}
         if self.endpoint:
             parsed = urlparse(self.endpoint)
             kwargs["endpoint_override"] = parsed.netloc or self.endpoint
@@ -135,3 +136,16 @@ def bucket_path(uri: str) -> str:
         if uri.startswith(scheme):
             return uri[len(scheme):].rstrip("/")
     raise ValueError(f"not an S3 URI: {uri}")
+
+
+def create_bucket(uri: str) -> None:
+    """Make the bucket of an `s3a://` warehouse unless it exists (docker-compose.yml's
+    airflow-init: `python -m dataflow_core.objectstore s3a://bucket/prefix`)."""
+    bucket = bucket_path(uri).split("/", 1)[0]
+    S3Settings.from_env().pyarrow_fs(allow_bucket_creation=True).create_dir(bucket)
+
+
+if __name__ == "__main__":
+    import sys
+
+    create_bucket(sys.argv[1] if len(sys.argv) > 1 else os.environ["DATAFLOW_WAREHOUSE"])

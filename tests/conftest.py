@@ -44,8 +44,8 @@ SLOW = (
     "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
     "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
-    "tests/integration/test_s3_microbatch.py::",  # ~120 s: set-up driver, then two micro-batch drivers on S3
-    "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_s3_table_lose_no_commit",  # ~110 s: two drivers on S3
+    "tests/integration/test_s3_microbatch.py::",  # ~150 s: set-up driver, a killed micro-batch, two at once on S3
+    "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder",  # ~150 s: two drivers on S3, then a local folder
     "tests/integration/test_s3_warehouse.py::",  # ~80 s: a backfill on S3 and on a folder in one driver process
     "tests/integration/test_dags.py::",  # ~60 s
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",

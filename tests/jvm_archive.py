@@ -55,12 +55,12 @@ def key() -> str:
     """What the archive depends on: the Java build, every jar a driver loads, the flags."""
     import pyspark
 
-    from dataflow_core.spark.platform import localfs
+    from dataflow_core.spark.platform import localfs, logstore
     from dataflow_core.spark.platform.jars import delta_jars
 
     java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr
     jars = sorted(Path(pyspark.__file__).parent.joinpath("jars").glob("*.jar")) + [Path(j) for j in delta_jars()]
-    jars += [j for j in [localfs.built_jar()] if j is not None]  # on the class path of local drivers
+    jars += [j for j in [localfs.built_jar(), logstore.built_jar()] if j is not None]  # what local drivers load
     listing = "\n".join(f"{j}:{j.stat().st_size}:{int(j.stat().st_mtime)}" for j in jars)
     return hashlib.sha256("\n".join([java, listing, JAVA_OPTS, SPARK_DEFAULTS.read_text()]).encode()).hexdigest()[:16]
 

@@ -1,4 +1,4 @@
-"""One driver of a two-driver race on S3 (tests/integration/test_s3_warehouse.py,
+"""One driver of a two-driver race on S3 and on a local folder (tests/integration/test_s3_warehouse.py,
 benchmarks/bench_s3.py): a process of its own, with its own Spark session and JVM.
 
 The two drivers start each round together: each leaves a file `<tag>-<round>` in the barrier
@@ -13,9 +13,10 @@ other driver.
   two writes meet within milliseconds. Exactly one may succeed; the other must be told the
   version is taken (java.nio.file.FileAlreadyExistsException).
 
-`python -m tests.s3_append_driver MODES TAG OTHER ROUNDS BARRIER_DIR` (MODES: `append`, `duel`
-or both, comma-separated; warehouse and S3 settings from the environment); prints one JSON line
-per round.
+`python -m tests.s3_append_driver MODES TAG OTHER ROUNDS BARRIER_DIR [LOCAL]` (MODES: `append`,
+`duel` or both, comma-separated; warehouse and S3 settings from the environment); with LOCAL, a
+local folder, the same races follow there in the same JVM, through the `file:` log store. Prints
+one JSON line per round, with the warehouse's scheme as `store`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ SCHEMA = "tag string, round int"
 
 
 def wait_for(barrier: Path, tag: str, other: str, number: int) -> None:
-    barrier.mkdir(exist_ok=True)
+    barrier.mkdir(parents=True, exist_ok=True)
     (barrier / f"{tag}-{number}").touch()
     deadline = time.monotonic() + 120
     while not (barrier / f"{other}-{number}").exists():
@@ -48,7 +49,7 @@ def append(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
         wait_for(barrier, tag, other, number)
         started = time.perf_counter()
         result = write_table(spark, spark.createDataFrame([(tag, number)], SCHEMA), "race", mode="append")
-        print(json.dumps({"tag": tag, "round": number, "version": result.version,
+        print(json.dumps({"store": _scheme(spark), "tag": tag, "round": number, "version": result.version,
                           "seconds": round(time.perf_counter() - started, 3)}), flush=True)
 
 
@@ -59,12 +60,16 @@ def duel(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
     from dataflow_core.spark.platform.tables import jvm_class
 
     conf = spark.sparkContext._jsc.hadoopConfiguration()
-    store = jvm_class(spark, spark.conf.get("spark.delta.logStore.s3a.impl"))(conf)
+    store = jvm_class(spark, spark.conf.get(f"spark.delta.logStore.{_scheme(spark)}.impl"))(conf)
     path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
     for number in range(rounds):
         lines = spark._jvm.java.util.ArrayList()
         lines.add(json.dumps({"commitInfo": {"tag": tag}}))
-        path = path_of(f"{warehouse_root(spark)}/duel/_delta_log/{number:020d}.json")
+        root = warehouse_root(spark)
+        if "://" not in root:  # a local log folder exists before its first commit, as Delta makes it
+            Path(root, "duel", "_delta_log").mkdir(parents=True, exist_ok=True)
+            root = "file:" + root
+        path = path_of(f"{root}/duel/_delta_log/{number:020d}.json")
         wait_for(barrier, tag, other, number)
         try:
             store.write(path, lines.iterator(), False, conf)
@@ -73,18 +78,27 @@ def duel(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
             if "FileAlreadyExistsException" not in exc.java_exception.getClass().getName():
                 raise
             won = False
-        print(json.dumps({"tag": tag, "round": number, "won": won}), flush=True)
+        print(json.dumps({"store": _scheme(spark), "tag": tag, "round": number, "won": won}), flush=True)
 
 
-def main(mode: str, tag: str, other: str, rounds: int, barrier: Path) -> int:
+def _scheme(spark) -> str:
+    from dataflow_core.spark.platform.session import warehouse_root
+
+    root = warehouse_root(spark)
+    return root.split("://", 1)[0] if "://" in root else "file"
+
+
+def main(mode: str, tag: str, other: str, rounds: int, barrier: Path, local: str | None = None) -> int:
     from dataflow_core.spark.platform.session import get_spark
 
     spark = get_spark(f"race-{tag}", master="local[1]")
-    for part in mode.split(","):  # one JVM for several races
-        {"append": append, "duel": duel}[part](spark, tag, other, rounds, barrier / part)
+    for warehouse in [None, local] if local else [None]:  # one JVM for several races
+        spark = get_spark(warehouse=warehouse) if warehouse else spark
+        for part in mode.split(","):
+            {"append": append, "duel": duel}[part](spark, tag, other, rounds, barrier / f"{_scheme(spark)}-{part}")
     spark.stop()
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5])))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), Path(sys.argv[5]), *sys.argv[6:7]))

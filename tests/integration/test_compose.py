@@ -2,14 +2,16 @@
 
 No Docker engine runs where the tests run, so this checks what can be checked without one:
 the compose file's wiring (who depends on whom, which master the workers join, where the
-warehouse is mounted, which database Airflow uses) and that the image build only copies
-files that exist.
+warehouse is, which database Airflow uses), that it and `make stack` take their settings from
+stack.env, and that the image build only copies files that exist. (`make stack-check` runs
+the same topology as processes.)
 """
 
 from __future__ import annotations
 
 import re
 import shlex
+import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -28,10 +30,54 @@ SPARK_SERVICES = ("spark-master", *SPARK_WORKERS)
 MASTER_URL = "spark://spark-master:7077"
 
 
+VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+
+
+def _compose_text() -> str:
+    """The compose file without its comments."""
+    return "\n".join(line for line in COMPOSE_FILE.read_text().splitlines() if not line.lstrip().startswith("#"))
+
+
+def _stack():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import stack  # scripts/stack.py
+
+    return stack
+
+
 @pytest.fixture(scope="module")
 def services() -> dict[str, dict]:
-    compose = yaml.safe_load(COMPOSE_FILE.read_text())
-    return compose["services"]
+    """The compose file as `docker compose --env-file stack.env` reads it."""
+    settings = _stack().read_settings({})
+    text = VARIABLE.sub(lambda m: settings.get(m.group(1), m.group(2) or ""), _compose_text())
+    return yaml.safe_load(text)["services"]
+
+
+def test_every_setting_of_the_compose_file_is_stack_envs():
+    """One source: each ${NAME:-value} defaults to stack.env's NAME, and each name is there."""
+    settings = _stack().read_settings({})
+    for name, default in VARIABLE.findall(_compose_text()):
+        assert name in settings, f"docker-compose.yml uses ${{{name}}}, which stack.env does not set"
+        assert default == settings[name], f"docker-compose.yml defaults {name} to {default!r}, stack.env to {settings[name]!r}"
+
+
+def test_make_stack_gives_airflow_and_spark_the_compose_files_settings(services, tmp_path):
+    """What differs is only where each service is: host names there, 127.0.0.1 and ports here."""
+    stack = _stack()
+    settings = stack.read_settings({})
+    mine = stack.stack_env(settings, tmp_path)
+    theirs = _env(services["airflow-scheduler"])
+    for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__LOAD_EXAMPLES", "AIRFLOW__API_AUTH__JWT_SECRET",
+                "AIRFLOW__API__SECRET_KEY", "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS", "AIRFLOW__CORE__PARALLELISM",
+                "DATAFLOW_WAREHOUSE", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        assert mine[key] == theirs[key], key
+    for key in ("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "DATAFLOW_SPARK_MASTER", "AWS_ENDPOINT_URL"):
+        ours, compose = urlsplit(mine[key]), urlsplit(theirs[key])
+        assert (ours.scheme, ours.username, ours.password, ours.path) == (
+            compose.scheme, compose.username, compose.password, compose.path), key
+    worker = _command(services["spark-worker-1"])
+    assert worker[worker.index("--cores") + 1] == settings["SPARK_WORKER_CORES"]
+    assert worker[worker.index("--memory") + 1] == settings["SPARK_WORKER_MEMORY"]
 
 
 def _env(service: dict) -> dict[str, str]:
@@ -67,7 +113,7 @@ def _depends_on(service: dict) -> dict[str, str]:
 
 
 def test_every_service_of_the_stack_is_defined(services):
-    expected = {"postgres", "airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES}
+    expected = {"postgres", "s3", "airflow-init", *AIRFLOW_SERVICES, *SPARK_SERVICES}
     assert expected <= set(services), f"missing services: {sorted(expected - set(services))}"
 
 
@@ -85,7 +131,7 @@ def test_project_services_are_built_from_the_dockerfile(services):
 
 def test_airflow_waits_for_postgres_and_the_migration(services):
     init = services["airflow-init"]
-    assert _command(init)[:3] == ["airflow", "db", "migrate"]
+    assert "airflow db migrate" in " ".join(_command(init))
     assert _depends_on(init).get("postgres") == "service_healthy"
     assert "healthcheck" in services["postgres"]
     for name in AIRFLOW_SERVICES:
@@ -148,26 +194,27 @@ def test_workers_join_the_master(services):
         assert _env(services[name])["DATAFLOW_SPARK_MASTER"] == MASTER_URL
 
 
-def test_warehouse_volume_is_shared_at_the_same_path(services):
-    for name in AIRFLOW_SERVICES:
-        assert _env(services[name])["DATAFLOW_WAREHOUSE"] == "/warehouse"
-    for name in (*AIRFLOW_SERVICES, *SPARK_SERVICES):
-        assert _mount_targets(services[name], "warehouse") == {"/warehouse"}, (
-            f"{name} does not mount the warehouse volume at /warehouse"
-        )
-    compose = yaml.safe_load(COMPOSE_FILE.read_text())
-    assert "warehouse" in compose["volumes"]
+def test_the_warehouse_is_on_the_s3_service_and_its_bucket_is_made_first(services):
+    for name in ("airflow-init", *AIRFLOW_SERVICES):
+        env = _env(services[name])
+        assert env["DATAFLOW_WAREHOUSE"].startswith("s3a://"), name
+        assert urlsplit(env["AWS_ENDPOINT_URL"]).hostname == "s3", name
+    port = urlsplit(_env(services["airflow-scheduler"])["AWS_ENDPOINT_URL"]).port
+    assert services["s3"]["entrypoint"][-2:] == ["-p", str(port)]
+    assert "python -m dataflow_core.objectstore" in " ".join(_command(services["airflow-init"]))
+    assert _depends_on(services["airflow-init"]).get("s3") == "service_started"
 
 
-def test_image_has_the_drivers_for_airflows_database(services):
-    # Airflow 3 derives an async URL from the sync one (postgresql+asyncpg): both must import.
+def test_the_lock_has_the_drivers_for_airflows_database(services):
+    # Airflow 3 derives an async URL from the sync one (postgresql+asyncpg): both must import,
+    # in the image (which installs the lock) and under `make stack`.
     scheme = urlsplit(_env(services["airflow-init"])["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]).scheme
     driver = scheme.split("+", 1)[1] if "+" in scheme else "psycopg2"
-    installs = " && ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN")
+    locked = {line.split("==")[0] for line in (ROOT / "requirements.lock").read_text().splitlines() if "==" in line}
     for package in (driver, "asyncpg"):
-        assert re.search(rf"pip install [^&]*\b{package}", installs), (
-            f"the Dockerfile does not install {package}, which Airflow needs for {scheme}"
-        )
+        assert package in locked or f"{package}-binary" in locked, f"requirements.lock lacks {package}, which Airflow needs"
+    installs = " && ".join(rest for keyword, rest in _dockerfile_instructions() if keyword == "RUN")
+    assert "-r requirements.lock" in installs
 
 
 def test_named_volume_mount_points_are_created_in_the_image(services):
@@ -231,7 +278,7 @@ def test_dockerfile_builds_the_project_image():
     # Delta jars are resolved at build time by the project's own module.
     modules = re.findall(r"python -m ([\w.]+)", runs)
     assert "dataflow_core.spark.platform.jars" in modules
-    assert "dataflow_core.spark.platform.s3a" in modules
+    assert {"dataflow_core.spark.platform.s3a", "dataflow_core.spark.platform.logstore"} <= set(modules)
     for module in modules:
         path = ROOT / module.replace(".", "/")
         assert path.with_suffix(".py").exists() or (path / "__main__.py").exists(), (

@@ -4,9 +4,10 @@ and read by delta-rs, each driver a process of its own as in production.
 
 - A billing backfill on S3 writes what the same backfill writes on a local folder, and the
   fast reader (`dataflow sql`, the pane explorer's `read`) reads it back from S3.
-- Two drivers appending to one table at the same moments, round after round: with the
-  product's log store every row lands and no log version is written twice; and the log store
-  alone, both drivers writing the same version within milliseconds: exactly one wins each time. (With Delta's
+- Two drivers appending to one table at the same moments, round after round, on S3 and then
+  on a local folder: with the product's log stores every row lands and no log version is
+  written twice; and the log store alone, both drivers writing the same version within
+  milliseconds: exactly one wins each time. (With Delta's
   default S3 log store commits are lost, at random: docs/deployment.md has the figures; the
   loss depends on timing, so it is measured there, not asserted here.)
 """
@@ -73,30 +74,43 @@ def test_backfill_on_s3_equals_the_same_backfill_on_a_local_folder(s3, tmp_path:
     assert {"billing", "video_events"} <= set(query.list_tables(warehouse))
 
 
-def test_two_drivers_appending_to_one_s3_table_lose_no_commit(s3, tmp_path: Path, monkeypatch):
+def test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder(s3, tmp_path: Path,
+                                                                                     monkeypatch):
+    """The same two driver processes race on S3, then on a local folder (the `file:` log store)."""
     env = _env(s3, DATAFLOW_WAREHOUSE="s3a://lake/race")
+    local = tmp_path / "local"
     drivers = [subprocess.Popen([sys.executable, "-m", "tests.s3_append_driver", "append,duel", tag, other, str(ROUNDS),
-                                 str(tmp_path)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                                 str(tmp_path / "barrier"), str(local)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
                for tag, other in (("a", "b"), ("b", "a"))]
     outputs = [driver.communicate(timeout=400) for driver in drivers]
     for driver, (stdout, stderr) in zip(drivers, outputs):
         assert driver.returncode == 0, f"{stdout[-1000:]}\n{stderr[-4000:]}"
+    results = [json.loads(line) for stdout, _ in outputs for line in stdout.splitlines() if line.startswith("{")]
 
     from dataflow_core import query
 
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
-    rows = query.query("SELECT tag, count(*) AS n FROM race GROUP BY tag ORDER BY tag", "s3a://lake/race").table
-    assert rows.to_pylist() == [{"tag": "a", "n": ROUNDS}, {"tag": "b", "n": ROUNDS}]
+    every_row = [{"tag": "a", "n": ROUNDS}, {"tag": "b", "n": ROUNDS}]
+    for warehouse in ("s3a://lake/race", str(local)):
+        rows = query.query("SELECT tag, count(*) AS n FROM race GROUP BY tag ORDER BY tag", warehouse).table
+        assert rows.to_pylist() == every_row, warehouse
     log = {key.rsplit("/", 1)[1]: count for key, count in s3.versions("lake", "race/race/_delta_log/").items()
            if key.endswith(".json")}
     assert len(log) == 1 + 2 * ROUNDS, sorted(log)  # the table's creation, then one commit per row
     assert set(log.values()) == {1}, {name: n for name, n in log.items() if n > 1}
+    assert len(list((local / "race" / "_delta_log").glob("*.json"))) == 1 + 2 * ROUNDS
 
     # the log store alone, both drivers writing version N within milliseconds: one wins each
-    duels = [json.loads(line) for stdout, _ in outputs for line in stdout.splitlines() if '"won"' in line]
-    assert len(duels) == 2 * ROUNDS, duels
-    assert sorted(d["round"] for d in duels if d["won"]) == list(range(ROUNDS)), duels  # one winner a round
+    for store in ("s3a", "file"):
+        duels = [r for r in results if "won" in r and r["store"] == store]
+        assert len(duels) == 2 * ROUNDS, duels
+        assert sorted(d["round"] for d in duels if d["won"]) == list(range(ROUNDS)), duels  # one winner a round
     written = s3.versions("lake", "race/duel/_delta_log/")
     assert len(written) == ROUNDS and set(written.values()) == {1}, written
+    winners = {d["round"]: d["tag"] for d in results if d.get("won") and d["store"] == "file"}
+    for number, tag in winners.items():  # the loser replaced nothing
+        content = (local / "duel" / "_delta_log" / f"{number:020d}.json").read_text()
+        assert json.loads(content) == {"commitInfo": {"tag": tag}}, (number, content)
+    assert sorted(p.name for p in (local / "duel" / "_delta_log").iterdir()) == [f"{n:020d}.json" for n in range(ROUNDS)]

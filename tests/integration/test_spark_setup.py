@@ -154,8 +154,11 @@ def test_a_session_started_for_a_local_warehouse_refuses_to_switch_to_s3_in_one_
 def test_session_loads_the_cached_jars_instead_of_resolving_packages(spark):
     manifest = jars.read_manifest()
     assert manifest is not None, "make setup did not cache the Delta jars"
+    from dataflow_core.spark.platform import logstore
+
     loaded = spark.conf.get("spark.jars").split(",")
-    assert loaded == manifest.jars
+    assert loaded == [*manifest.jars, str(logstore.built_jar())]  # Delta's, then the product's log stores
+    assert spark.conf.get("spark.delta.logStore.file.impl") == logstore.LOCAL_LOG_STORE
     assert any(Path(jar).name.startswith("io.delta_delta-spark_") for jar in loaded)
     assert spark.conf.get("spark.jars.packages", "") == ""
     assert spark.conf.get("spark.sql.extensions") == "io.delta.sql.DeltaSparkSessionExtension"
@@ -199,6 +202,39 @@ def test_a_local_session_sets_permissions_and_renames_with_hadoops_rules_on_its_
     assert not status.isSymlink() and status.isFile() and status.getLen() == target.stat().st_size
     with pytest.raises(Py4JJavaError, match="FileNotFoundException"):
         context.getFileLinkStatus(hadoop.Path(str(tmp_path / "missing")))
+
+
+def test_the_local_log_store_creates_a_version_once_and_overwrites_whole(spark, tmp_path):
+    """The `file:` log store every session names: a second create of N.json is refused as
+    Delta's "version taken" (which is what makes two processes' commits exclusive: the race
+    itself is tests/integration/test_s3_warehouse.py's), an overwrite replaces the file whole,
+    a stale Hadoop checksum goes with it, and no temporary file is left."""
+    from py4j.protocol import Py4JJavaError
+
+    from dataflow_core.spark.platform.tables import jvm_class
+
+    conf = spark._jsc.hadoopConfiguration()
+    store = jvm_class(spark, spark.conf.get("spark.delta.logStore.file.impl"))(conf)
+    path_of = jvm_class(spark, "org.apache.hadoop.fs.Path")
+
+    def write(name: str, line: str, overwrite: bool) -> None:
+        lines = spark._jvm.java.util.ArrayList()
+        lines.add(line)
+        store.write(path_of(f"file:{tmp_path / name}"), lines.iterator(), overwrite, conf)
+
+    write("00000000000000000000.json", "first", False)
+    with pytest.raises(Py4JJavaError) as taken:
+        write("00000000000000000000.json", "second", False)
+    assert taken.value.java_exception.getClass().getName() == "java.nio.file.FileAlreadyExistsException"
+    assert (tmp_path / "00000000000000000000.json").read_text() == "first\n"
+    (tmp_path / "._last_checkpoint.crc").write_bytes(b"stale")
+    write("_last_checkpoint", "one", True)
+    write("_last_checkpoint", "two", True)
+    assert (tmp_path / "_last_checkpoint").read_text() == "two\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["00000000000000000000.json", "_last_checkpoint"]
+    assert not store.isPartialWriteVisible(path_of(f"file:{tmp_path}"), conf)
+    with pytest.raises(Py4JJavaError, match="FileNotFoundException"):
+        write("missing/00000000000000000000.json", "x", False)
 
 
 def test_a_local_sessions_defaults_give_way_to_the_users_spark_configuration(spark):

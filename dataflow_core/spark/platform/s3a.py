@@ -10,30 +10,27 @@ a warehouse on a local folder never needs them.
 
 The log store. Delta's default for S3 (`S3SingleDriverLogStore`) is safe with one driver
 only: two drivers can both write version N of a table's log, and one commit silently
-disappears (delta-io/delta#1830). `s3a_java/` holds `ConditionalPutLogStore`, which writes
-each N.json with S3's conditional create (`If-None-Match: *`), so the second driver is told the
-version is taken and Delta retries. `make setup` compiles it with the JDK's `javac` into
-`.cache/` (as `localfs.py` does its classes); a session on S3 loads it through `spark.jars`
-and names it as Delta's log store for `s3a://` and `s3://` (`dataflow_core.objectstore.S3Settings.spark_conf`).
+disappears (delta-io/delta#1830). The product's `ConditionalPutLogStore` (built with the
+`file:` store by `logstore.py`) writes each N.json with S3's conditional create
+(`If-None-Match: *`), so the second driver is told the version is taken and Delta retries; a
+session on S3 loads it through `spark.jars` and names it as Delta's log store for `s3a://` and
+`s3://` (`dataflow_core.objectstore.S3Settings.spark_conf`).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.platform import localfs
+from dataflow_core.spark.platform import localfs, logstore
 from dataflow_core.spark.platform.jars import JarSet, cache_dir, delta_jars, resolve_jars, write_lock
 
 LOCK_FILE = Path(__file__).with_name("s3a-jars.lock")
 MANIFEST_NAME = "s3a-jars.json"
-SOURCES = Path(__file__).with_name("s3a_java")
-JAR_NAME = "dataflow-s3-logstore.jar"
 AWS_SDK_VERSION = "2.35.4"
 """The AWS SDK v2 that Hadoop 3.5.0's `hadoop-aws` was built with (hadoop-project's
 `aws-java-sdk-v2.version`); its modules must be that version, not newer."""
@@ -62,36 +59,13 @@ def connector_jars() -> list[str]:
     return delta_jars(jar_set=jar_set())
 
 
-def _delta_storage_jar() -> str:
-    found = [jar for jar in delta_jars() if re.search(r"delta-storage-[\d.]+\.jar$", jar)]
-    if not found:
-        raise FileNotFoundError("no delta-storage jar among Delta's jars")
-    return found[0]
-
-
-def log_store_jar_path() -> Path:
-    """Where the log store's jar for these sources, this Hadoop and this Delta lives."""
-    digest = hashlib.sha256((localfs._hadoop_jar().name + Path(_delta_storage_jar()).name).encode())
-    for source in sorted(SOURCES.rglob("*.java")):
-        digest.update(source.read_bytes())
-    return cache_dir() / "s3-logstore" / digest.hexdigest()[:12] / JAR_NAME
-
-
-def build_log_store() -> Path | None:
-    """The log store's jar, compiled unless it is there; None without a JDK."""
-    target = log_store_jar_path()
-    if target.is_file():
-        return target
-    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar()], target)
-
-
-def session_jars() -> list[str]:
-    """What a session on S3 adds to `spark.jars`: the connector and the log store.
+def required_log_store() -> Path:
+    """The log stores' jar (`logstore.py`), which a session on S3 must load, built if missing.
 
     Raises DataflowError (one line) without the log store: a warehouse on S3 without it would
     lose commits whenever two drivers write one table, so it is refused, not used unsafely."""
     try:
-        store = build_log_store()
+        store = logstore.build_jar()
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:200]
         raise DataflowError(f"the S3 log store did not build ({detail}); run `make setup`") from None
@@ -99,14 +73,14 @@ def session_jars() -> list[str]:
         raise DataflowError("a warehouse on S3 needs the product's S3 log store, which `make setup` "
                             "compiles with a JDK's javac: install a JDK (e.g. openjdk-17-jdk-headless) "
                             "and run `make setup`")
-    return [*connector_jars(), str(store)]
+    return store
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`make setup` step: build the log store; `--fetch` also caches the connector's jars,
-    `--lock` resolves them with Ivy and writes the lock (`make lock`)."""
+    """`--fetch` caches the connector's jars, `--lock` resolves them with Ivy and writes the
+    lock (`make lock`). (The log store is built by `python -m dataflow_core.spark.platform.logstore`.)"""
     parser = argparse.ArgumentParser(prog="python -m dataflow_core.spark.platform.s3a",
-                                     description="Build the S3 log store; cache or lock the S3A connector's jars.")
+                                     description="Cache or lock the S3A connector's jars.")
     parser.add_argument("--fetch", action="store_true", help="cache the connector's jars now")
     parser.add_argument("--lock", action="store_true", help=f"resolve with Ivy and write {LOCK_FILE.name}")
     args = parser.parse_args(argv)
@@ -117,13 +91,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {LOCK_FILE} ({len(manifest.jars)} jars)", file=sys.stderr)
         elif args.fetch:
             print(f"S3A connector: {len(connector_jars())} jars cached in {cache_dir()}")
-        store = build_log_store()
     except (DataflowError, OSError, subprocess.CalledProcessError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:300]
-        print(f"warning: the S3 log store did not build ({detail}); a warehouse on S3 is refused", file=sys.stderr)
-        return 0
-    print(f"S3 log store (conditional puts): {store}" if store else
-          "no JDK (javac) found: a warehouse on S3 is refused (it needs the S3 log store)")
+        print(f"error: the S3A connector's jars: {detail}", file=sys.stderr)
+        return 1
     return 0
 
 

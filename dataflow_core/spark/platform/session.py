@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.spark.platform import localfs
+from dataflow_core.spark.platform import localfs, logstore
 from dataflow_core.spark.platform.jars import delta_jars
 from dataflow_core.spark.platform.java import check_java
 from dataflow_core.objectstore import S3Settings, is_object_store
@@ -106,10 +106,15 @@ def get_spark(
     if is_object_store(root):  # the S3A connector and the log store that commits safely there
         from dataflow_core.spark.platform import s3a
 
-        jars += s3a.session_jars()
+        store: Path | None = s3a.required_log_store()
+        jars += s3a.connector_jars()
         fs_conf = S3Settings.from_env().spark_conf()
     else:  # local disks without a process per file, when built
+        store = logstore.built_jar()
         fs_conf = localfs.driver_setup(master)
+    # commits exclusive across processes on every store (`file:` tables too on an S3 session)
+    jars += [str(store)] if store else []
+    fs_conf.update(logstore.session_conf(store))
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
