@@ -28,8 +28,6 @@ import json
 import os
 import re
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -40,9 +38,9 @@ from dataclasses import asdict, dataclass
 from importlib.metadata import version as installed_version
 from pathlib import Path
 from typing import Iterator
-from xml.sax.saxutils import quoteattr
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.spark.platform import ivy
 from dataflow_core.spark.platform.java import check_java
 
 SCALA_VERSION = "2.13"
@@ -186,8 +184,12 @@ def resolve_jars(
         if locked is not None and locked[0] == coordinate:
             manifest = _download(cache, repository, jar_set, locked[1], locked[2], timeout)
         else:
-            output = _run_ivy(cache, repository, jar_set, timeout)
-            manifest = _manifest_from_ivy(_ivy_dir(cache, jar_set), jar_set, repository, output)
+            try:
+                found, provided = ivy.resolve(coordinate, jar_set.excludes, _ivy_dir(cache, jar_set), repository,
+                                              spark_home(), timeout)
+            except ivy.IvyFailed as exc:
+                raise _failure(jar_set, cache, repository, str(exc)) from None
+            manifest = JarManifest(coordinate, repository, found, provided)
         (cache / jar_set.manifest_name).write_text(json.dumps(asdict(manifest), indent=2) + "\n")
     return manifest
 
@@ -285,106 +287,10 @@ def _failure(jar_set: JarSet, cache: Path, repository: str, reason: str) -> Data
     )
 
 
-def _run_ivy(cache: Path, repository: str, jar_set: JarSet, timeout: float) -> str:
-    """Run `spark-submit --packages` on an empty script: Spark's Ivy resolves and copies jars."""
-    coordinate = jar_set.coordinate
-    ivy_dir = _ivy_dir(cache, jar_set)
-    shutil.rmtree(ivy_dir / "jars", ignore_errors=True)  # only this resolution's jars stay
-    settings = cache / "ivysettings.xml"
-    settings.write_text(_ivy_settings(ivy_dir / "cache", repository))
-    noop = cache / "resolve_noop.py"
-    noop.write_text("# Spark resolves --packages before running this empty script.\n")
-    home = spark_home()
-    env = {**os.environ, "SPARK_HOME": str(home), "PYSPARK_PYTHON": sys.executable}
-    env.pop("PYSPARK_SUBMIT_ARGS", None)
-    command = [
-        str(home / "bin" / "spark-submit"),
-        "--conf", f"spark.jars.ivySettings={settings}",
-        "--conf", f"spark.jars.ivy={ivy_dir}",
-        *(["--conf", f"spark.jars.excludes={jar_set.excludes}"] if jar_set.excludes else []),
-        "--packages", coordinate,
-        str(noop),
-    ]  # fmt: skip
-    started = time.monotonic()
-    process = subprocess.Popen(
-        command,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,  # so a timeout can stop the JVM and its children together
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        raise _failure(jar_set, cache, repository, f"no answer within {timeout:.0f}s") from None
-    if process.returncode != 0:
-        raise _failure(jar_set, cache, repository, _ivy_reason(output, process.returncode))
-    print(
-        f"resolved {coordinate} from {repository} in {time.monotonic() - started:.0f}s",
-        file=sys.stderr,
-    )
-    return output
-
-
 def _ivy_dir(cache: Path, jar_set: JarSet) -> Path:
     """Ivy's folder for one set: each retrieves into its own `jars/`, which the next
     resolution of that set empties, so one set's resolution never takes another's jars."""
     return cache / ("ivy" if jar_set.manifest_name == MANIFEST_NAME else f"ivy-{Path(jar_set.manifest_name).stem}")
-
-
-def _ivy_settings(ivy_cache: Path, repository: str) -> str:
-    """Ivy settings with exactly one Maven repository, so nothing else is consulted."""
-    return (
-        "<ivysettings>\n"
-        '  <settings defaultResolver="main"/>\n'
-        f"  <caches defaultCacheDir={quoteattr(str(ivy_cache))}/>\n"
-        "  <resolvers>\n"
-        '    <chain name="main">\n'
-        f'      <ibiblio name="maven" m2compatible="true" root={quoteattr(repository)}/>\n'
-        "    </chain>\n"
-        "  </resolvers>\n"
-        "</ivysettings>\n"
-    )
-
-
-def _ivy_reason(output: str, returncode: int) -> str:
-    """The most telling line of a failed Ivy run."""
-    lines = [line.strip(" :\t") for line in output.splitlines() if line.strip(" :\t")]
-    for marker in ("not found", "UNRESOLVED", "Connection refused", "UnknownHost", "timed out"):
-        for line in lines:
-            if marker.lower() in line.lower() and "::::" not in line:
-                return line[:200]
-    return lines[-1][:200] if lines else f"spark-submit exited with code {returncode}"
-
-
-def _manifest_from_ivy(
-    ivy_dir: Path, jar_set: JarSet, repository: str, output: str
-) -> JarManifest:
-    """List the retrieved jars, leaving out artifacts pyspark already ships.
-
-    Spark's own jars come first on the driver classpath anyway, so a second, older
-    copy (jackson, hadoop, parquet, log4j...) would only be dead weight and a source
-    of confusion.
-    """
-    retrieved = sorted((ivy_dir / "jars").glob("*.jar"))
-    if not retrieved:
-        raise _failure(jar_set, ivy_dir.parent, repository, "Ivy retrieved no jar files")
-    found = {f"{org}_{artifact}-{rev}": (org, artifact, rev)
-             for org, artifact, rev in re.findall(r"found (\S+)#(\S+);(\S+) in", output)}
-    shipped = {jar.name for jar in (spark_home() / "jars").glob("*.jar")}
-    jars: list[str] = []
-    provided: list[str] = []
-    for jar in retrieved:
-        org, artifact, rev = next((coord for stem, coord in found.items() if jar.name.startswith(stem)),
-                                  (None, None, None))
-        if artifact is not None and any(re.match(rf"{re.escape(artifact)}-\d", name) for name in shipped):
-            provided.append(f"{org}:{artifact}:{rev}")
-        else:
-            jars.append(str(jar))
-    return JarManifest(jar_set.coordinate, repository, jars, provided)
 
 
 @contextmanager
