@@ -45,10 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
+def _checked_options(args: argparse.Namespace) -> float | None:
+    """The options checked before Spark starts, each mistake one line naming it; returns
+    `--loop`'s interval in seconds (None without it)."""
     from dataflow_core.errors import DataflowError
     from dataflow_core.options import parse_interval
-    from dataflow_core.pipelines.check import preflight
 
     every = None
     if args.loop:
@@ -61,6 +62,13 @@ def run(args: argparse.Namespace) -> int:
         raise DataflowError(f"--max-bytes-per-batch: {args.max_bytes_per_batch!r} is no size; give e.g. 256m or 1g")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
+    return every
+
+
+def run(args: argparse.Namespace) -> int:
+    from dataflow_core.pipelines.check import preflight
+
+    every = _checked_options(args)
     preflight(args.pipeline, args.warehouse)  # unknown names and mistakes fail before Spark starts
     from dataflow_core.errors import PipelineBusy
     from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch

@@ -78,20 +78,38 @@ def get_spark(
     its warehouse root is switched only when `warehouse` or `$DATAFLOW_WAREHOUSE` is
     given, so a job called from a test keeps the test's warehouse.
     """
+    active = _running_session()
+    if active is not None:
+        if warehouse is not None or os.environ.get("DATAFLOW_WAREHOUSE"):
+            _switch_warehouse(active, resolve_warehouse(warehouse))
+        return active
+    return _new_session(app_name, master, warehouse)
+
+
+def _running_session() -> "SparkSession | None":
+    """The session running in this process, if any (a JVM holds one)."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is None and SparkContext._active_spark_context is not None:
         active = SparkSession.builder.getOrCreate()  # running, but created in another thread
-    if active is not None:
-        if warehouse is not None or os.environ.get("DATAFLOW_WAREHOUSE"):
-            root = resolve_warehouse(warehouse)
-            if is_object_store(root) and not active.conf.get("spark.delta.logStore.s3a.impl", None):
-                raise DataflowError(f"this process's Spark session was started for a local warehouse and "
-                                    f"cannot reach {root}: run the command in a new process")
-            active.conf.set(WAREHOUSE_CONF, root)
-        return active
+    return active
+
+
+def _switch_warehouse(active: "SparkSession", root: str) -> None:
+    """Point the running session at another warehouse root; one on S3 needs a session
+    started with the S3A connector."""
+    if is_object_store(root) and not active.conf.get("spark.delta.logStore.s3a.impl", None):
+        raise DataflowError(f"this process's Spark session was started for a local warehouse and "
+                            f"cannot reach {root}: run the command in a new process")
+    active.conf.set(WAREHOUSE_CONF, root)
+
+
+def _new_session(app_name: str, master: str | None, warehouse: str | os.PathLike[str] | None) -> "SparkSession":
+    """A new session: Delta's jars and extension, the store's log store and file system
+    settings, the local defaults."""
+    from pyspark.sql import SparkSession
 
     check_java()
     # Executors run the model in Python (grouped by key, on Arrow batches): by default with
@@ -102,19 +120,7 @@ def get_spark(
     local = master.startswith("local")
     if local:  # the driver talks only to itself; skips the "hostname resolves to loopback" warning
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    jars = delta_jars()
-    if is_object_store(root):  # the S3A connector and the log store that commits safely there
-        from dataflow_core.spark.platform import s3a
-
-        store: Path | None = s3a.required_log_store()
-        jars += s3a.connector_jars()
-        fs_conf = S3Settings.from_env().spark_conf()
-    else:  # local disks without a process per file, when built
-        store = logstore.built_jar()
-        fs_conf = localfs.driver_setup(master)
-    # commits exclusive across processes on every store (`file:` tables too on an S3 session)
-    jars += [str(store)] if store else []
-    fs_conf.update(logstore.session_conf(store))
+    jars, fs_conf = _storage(root, master)
     builder = (
         SparkSession.builder.appName(app_name)
         .master(master)
@@ -142,6 +148,25 @@ def get_spark(
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
     _quiet_python_error_logs()
     return spark
+
+
+def _storage(root: str, master: str) -> tuple[list[str], dict[str, str]]:
+    """The jars and settings the warehouse's store needs: Delta's jars, plus for S3 the S3A
+    connector, and on every store the log store that commits exclusively across processes
+    (`file:` tables too on an S3 session)."""
+    jars = delta_jars()
+    if is_object_store(root):
+        from dataflow_core.spark.platform import s3a
+
+        store: Path | None = s3a.required_log_store()
+        jars += s3a.connector_jars()
+        fs_conf = S3Settings.from_env().spark_conf()
+    else:  # local disks without a process per file, when built
+        store = logstore.built_jar()
+        fs_conf = localfs.driver_setup(master)
+    jars += [str(store)] if store else []
+    fs_conf.update(logstore.session_conf(store))
+    return jars, fs_conf
 
 
 LOCAL_SQL_DEFAULTS = {
