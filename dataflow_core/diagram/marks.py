@@ -7,7 +7,7 @@ Where a mark goes is `frame.Scale`'s business; here is only what it looks like.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Iterator
+from typing import Any, Hashable
 
 from dataflow_core.diagram.axis import instant_text
 from dataflow_core.diagram.frame import Scale

@@ -177,7 +177,7 @@ def _with_times(df: DataFrame, g: _Hashes) -> DataFrame:
 def _table_columns(g: _Hashes, config: SampleConfig) -> list[Column]:
     """The input table's columns (`COLUMNS`, in order) from the columns built before, each
     defect applied to the one column it breaks."""
-    src, defect = F.col("_src"), F.col("_defect")
+    src = F.col("_src")
     reported_ms, ingest_ms = F.col("_reported_ms"), F.col("_ingest_ms")
     return [
         _event_id(g, src).alias("event_id"),
