@@ -71,7 +71,7 @@ def schedule_of(spark, events, strategy_spec):
     from pyspark.sql import functions as F
 
     from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
-    from dataflow_core.runners.keyed import Schedule, Step
+    from dataflow_core.runners.schedule import Schedule, Step
 
     t = events.agg(F.min("ingest_ms"), F.max("ingest_ms")).first()
     t0 = t[0] - t[0] % INTERVAL_MS

@@ -16,7 +16,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Sequence
 
-from dataflow_core.model.time import Instant
+from dataflow_core.model.time import END_OF_TIME, Instant
 
 MIN_BREAK_MS = 3_600_000  # a gap shorter than an hour is never compressed
 BREAK_SHARE = 0.25  # ... nor one under this share of the whole span
@@ -137,6 +137,18 @@ def utc(t: Instant) -> dt.datetime:
 def tick_label(t: Instant, with_date: bool, with_seconds: bool = False) -> str:
     time_part = "%H:%M:%S" if with_seconds else "%H:%M"
     return utc(t).strftime(("%Y-%m-%d " if with_date else "") + time_part)
+
+
+def finite(t: Instant) -> bool:
+    """False for the model's beginning and end of time, which no axis can place."""
+    return -END_OF_TIME < t < END_OF_TIME - 1
+
+
+def instant_text(t: Instant) -> str:
+    """A moment in full for tooltips; the ends of time in words rather than year 292 million."""
+    if not finite(t):
+        return "end of time" if t > 0 else "beginning of time"
+    return utc(t).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def duration_text(ms: Instant) -> str:

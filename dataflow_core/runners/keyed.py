@@ -2,29 +2,21 @@
 executor.
 
 Keys of one stage never interact, so a runner may split a stage by key, provided every key
-sees the same global clock: the *schedule*, a list of steps, each a processing time and
-the input watermark after it (one small aggregation over all keys, computed before the
-keys run). `run_key` then visits only the steps where something happens to its key (its
-own elements, a processing-time timer coming due, the watermark passing one of its
-deadlines), which is what makes a long arrival-order replay cheap for quiet keys.
+sees the same global clock, the stage's `Schedule` (`schedule.py`). `run_key` visits only
+the steps where something happens to its key (its own elements, a processing-time timer
+coming due, the watermark passing one of its deadlines), which is what makes a long
+arrival-order replay cheap for quiet keys.
 
-Between stages, the downstream watermark is the upstream's input watermark held back by
-each key's pending work (`KeyedWindowSet.output_hold`). Each key reports the spans of
-sub-steps during which its hold is below the input watermark (`HoldSpan`); only those can
-hold the downstream back, and they are few. `downstream_schedule` folds them into the next
-stage's schedule. The result equals `ReferencePipelineRunner`, sub-step for sub-step:
-
-- a step `s` of a stage's schedule is processed as: fire the key's timers due strictly
-  before its time (sub-steps `(*s, 0, t)`), add the key's elements (`(*s, 1, 0)`), move
-  the watermark (`(*s, 2, 0)`);
-- a downstream stage's steps are the upstream's sub-steps, so sequence numbers grow by
-  two integers per stage and compare as tuples.
+Each key reports the spans of sub-steps during which its hold is below the input watermark
+(`HoldSpan`); `downstream_schedule` folds them into the next stage's schedule. The result
+equals `ReferencePipelineRunner`, sub-step for sub-step: a step `s` of a stage's schedule is
+processed as: fire the key's timers due strictly before its time (sub-steps `(*s, 0, t)`),
+add the key's elements (`(*s, 1, 0)`), move the watermark (`(*s, 2, 0)`).
 """
 
 from __future__ import annotations
 
 import bisect
-import heapq
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Sequence
 
@@ -34,57 +26,9 @@ from dataflow_core.model.panes import Pane
 from dataflow_core.model.pipeline import Pipeline, pane_elements
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
-
-Seq = tuple[int, ...]
-TIMERS, ELEMENTS, WATERMARK = 0, 1, 2  # the phases of a step, in the order they run
-
-
-@dataclass(frozen=True)
-class Step:
-    """A moment of the stage's input: its processing time and the watermark after it."""
-
-    seq: Seq
-    time: Instant
-    watermark: Instant
-
-
-class Schedule:
-    """A stage's steps in order; times and watermarks never decrease along it."""
-
-    def __init__(self, steps: Sequence[Step], start: Instant, start_time: Instant | None = None):
-        self.steps = list(steps)
-        self.start = start  # the watermark before the first step
-        self.start_time = start_time  # the processing time before it (a resumed run's last)
-        self.seqs = [s.seq for s in self.steps]
-        self.index = {seq: i for i, seq in enumerate(self.seqs)}  # a step's place, without bisecting tuples
-        self.times = [s.time for s in self.steps]
-        self.watermarks = [s.watermark for s in self.steps]
-        for a, b in zip(self.steps, self.steps[1:]):
-            if not (a.seq < b.seq and a.time <= b.time and a.watermark <= b.watermark):
-                raise ValueError(f"schedule out of order between {a} and {b}")
-
-    def __len__(self) -> int:
-        return len(self.steps)
-
-    def watermark_through(self, seq: Seq, inclusive: bool = True) -> Instant:
-        """The input watermark after the last step at (or before) `seq`."""
-        i = (bisect.bisect_right if inclusive else bisect.bisect_left)(self.seqs, seq)
-        return self.watermarks[i - 1] if i else self.start
-
-    def first_time_after(self, t: Instant, lo: int = 0) -> int:
-        """Index of the first step at or after `lo` whose time is after `t`."""
-        return bisect.bisect_right(self.times, t, lo)
-
-    def first_watermark_at(self, w: Instant, lo: int = 0) -> int:
-        """Index of the first step at or after `lo` whose watermark reaches `w`."""
-        return bisect.bisect_left(self.watermarks, w, lo)
-
-    def first_watermark_above(self, w: Instant, lo: int) -> int:
-        return bisect.bisect_right(self.watermarks, w, lo)
-
-    def index_after(self, seq: Seq, lo: int = 0) -> int:
-        """Index of the first step at or after `lo` whose seq is after `seq`."""
-        return bisect.bisect_right(self.seqs, seq, lo)
+from dataflow_core.runners.schedule import (
+    ELEMENTS, TIMERS, WATERMARK, HoldSpan, Schedule, Seq, downstream_schedule,
+)
 
 
 class Arrival(NamedTuple):
@@ -101,18 +45,6 @@ class Arrival(NamedTuple):
     @property
     def count(self) -> int:
         return len(self.elements) + sum(p.count for p in self.combined)
-
-
-@dataclass(frozen=True)
-class HoldSpan:
-    """Sub-steps `[start, end)` during which a key holds the downstream watermark at `hold`
-    (below the input watermark); `end` None means to the end of the run."""
-
-    start: Seq
-    start_time: Instant
-    end: Seq | None
-    end_time: Instant | None
-    hold: Instant
 
 
 @dataclass
@@ -144,82 +76,131 @@ def run_key(
     wm = schedule.start if watermark is None else watermark
     out = KeyResult(state=ks)
     arrivals = sorted(arrivals, key=_seq_of)
-    tracking = track_holds
-    holds = _HoldTracker(schedule, out.holds)
-    if tracking and state is not None and schedule.steps:
+    holds = _HoldTracker(schedule, out.holds) if track_holds else None
+    if holds is not None and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
-    seqs, times, watermarks, index, n = schedule.seqs, schedule.times, schedule.watermarks, schedule.index, len(schedule)
     dropped_elements, dropped_pairs = ks.dropped_elements, ks.dropped_pairs
-    next_timer, next_deadline = ks.next_processing_timer, ks.next_watermark_deadline
-    # The schedule index where a timer / deadline comes due, kept while it stays the same
-    # (a key's next timer and deadline change far less often than it is visited).
-    timer = deadline = None
-    timer_at = deadline_at = n
-    i = 0  # next arrival
-    j = 0  # next schedule step not yet visited
-    n_arrivals = len(arrivals)
-    while True:
-        seq: Seq | None = arrivals[i].seq if i < n_arrivals else None
-        k = -1  # the schedule index of `seq` once known
-        if (t := next_timer()) is not None:  # (still the next timer when the timers phase starts)
-            if t != timer:
-                timer, timer_at = t, schedule.first_time_after(t)
-            at = timer_at if timer_at > j else j
-            if at < n and (seq is None or seqs[at] < seq):
-                seq, k = seqs[at], at
-        if (d := next_deadline(wm)) is not None:
-            if d != deadline:
-                deadline, deadline_at = d, schedule.first_watermark_at(d)
-            at = deadline_at if deadline_at > j else j
-            if at < n and (seq is None or seqs[at] < seq):
-                seq, k = seqs[at], at
-        if seq is None:
-            break
-        if k < 0:  # an arrival's step, which may lie between schedule steps (downstream)
-            # on the schedule, `index_after(seq, j) - 1` is its place, or j - 1 if that is behind
-            k = max(index[seq], j - 1) if seq in index else schedule.index_after(seq, j) - 1
-        on_schedule = k >= 0 and seqs[k] == seq
-        arrival = arrivals[i] if i < n_arrivals and arrivals[i].seq == seq else None
-        time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
-        new_wm = watermarks[k] if k >= 0 else schedule.start
-        # Steps skipped since the key's last visit had nothing due for it (no deadline at or
-        # below their watermarks), so it simply stands at the watermark before this step.
-        before = k - 1 if on_schedule else k
-        if before >= 0 and watermarks[before] > wm:
-            wm = watermarks[before]
-        elif before < 0 and schedule.start > wm:
-            wm = schedule.start
-        while t is not None and t < time:
-            sub = (*seq, TIMERS, t)
-            if panes := ks.fire_processing_timers(t, wm):
-                out.panes += [(sub, p) for p in panes]
-            if tracking:
-                holds.observe(sub, t, ks.output_hold(wm), wm)
-            t = next_timer()
-        if arrival is not None:
-            sub = (*seq, ELEMENTS, 0)
-            if arrival.elements and (panes := ks.add_bundle(arrival.elements, time, wm)):
-                out.panes += [(sub, p) for p in panes]
-            if arrival.combined and (panes := ks.add_combined(arrival.combined, time, wm)):
-                out.panes += [(sub, p) for p in panes]
-            if tracking:
-                holds.observe(sub, time, ks.output_hold(wm), wm)
-            i += 1
-        if new_wm > wm:
-            sub = (*seq, WATERMARK, 0)
-            if (d := next_deadline(wm)) is not None and d <= new_wm:  # else nothing is due
-                if panes := ks.advance_watermark(wm, new_wm, time):
-                    out.panes += [(sub, p) for p in panes]
-            wm = new_wm
-            if tracking:
-                holds.observe(sub, time, ks.output_hold(wm), wm)
-        if k + 1 > j:
-            j = k + 1
+    _KeyReplay(ks, schedule, wm, out, holds).replay(arrivals)
     out.elements = sum(a.count for a in arrivals)
     out.dropped_elements = ks.dropped_elements - dropped_elements  # only elements change these
     out.dropped_pairs = ks.dropped_pairs - dropped_pairs
-    holds.close()
+    if holds is not None:
+        holds.close()
     return out
+
+
+class _KeyReplay:
+    """One `run_key` call: the key's state and watermark as it goes, the panes and holds it
+    reports, and where on the schedule its next timer and deadline come due. Each visit is
+    one step (or an arrival's sub-step downstream) processed in phases, `TIMERS`, `ELEMENTS`,
+    `WATERMARK`, each phase a method."""
+
+    def __init__(self, ks: KeyedWindowSet, schedule: Schedule, wm: Instant, out: KeyResult,
+                 holds: _HoldTracker | None):
+        self.ks, self.schedule, self.wm, self.out, self.holds = ks, schedule, wm, out, holds
+        # The schedule index where a timer / deadline comes due, kept while it stays the same
+        # (a key's next timer and deadline change far less often than it is visited).
+        self.timer: Instant | None = None
+        self.deadline: Instant | None = None
+        self.timer_at = self.deadline_at = len(schedule)
+
+    def replay(self, arrivals: list[Arrival]) -> None:
+        """Visits, in order, every step where the key has an arrival, a timer due or a
+        deadline passed, and no other."""
+        schedule = self.schedule
+        seqs, times, watermarks = schedule.seqs, schedule.times, schedule.watermarks
+        n_arrivals = len(arrivals)
+        i = 0  # next arrival
+        j = 0  # next schedule step not yet visited
+        while True:
+            seq, k, t = self._next_visit(arrivals[i].seq if i < n_arrivals else None, j)
+            if seq is None:
+                return
+            if k < 0:
+                k = self._arrival_index(seq, j)
+            on_schedule = k >= 0 and seqs[k] == seq
+            arrival = arrivals[i] if i < n_arrivals and arrivals[i].seq == seq else None
+            time = times[k] if on_schedule else arrival.time  # type: ignore[union-attr]
+            self._catch_up(k - 1 if on_schedule else k)
+            self._fire_timers(seq, t, time)
+            if arrival is not None:
+                self._add(seq, arrival, time)
+                i += 1
+            self._move_watermark(seq, watermarks[k] if k >= 0 else schedule.start, time)
+            if k + 1 > j:
+                j = k + 1
+
+    def _next_visit(self, seq: Seq | None, j: int) -> tuple[Seq | None, int, Instant | None]:
+        """The earliest of the next arrival's step `seq`, the step where the next timer comes
+        due and the one where the watermark passes the next deadline, looking from step `j`
+        on: that step, its schedule index (-1 when it is the arrival's, not yet placed) and
+        the next timer."""
+        seqs, n = self.schedule.seqs, len(self.schedule)
+        k = -1
+        if (t := self.ks.next_processing_timer()) is not None:  # (still the next timer when the timers phase starts)
+            if t != self.timer:
+                self.timer, self.timer_at = t, self.schedule.first_time_after(t)
+            at = self.timer_at if self.timer_at > j else j
+            if at < n and (seq is None or seqs[at] < seq):
+                seq, k = seqs[at], at
+        if (d := self.ks.next_watermark_deadline(self.wm)) is not None:
+            if d != self.deadline:
+                self.deadline, self.deadline_at = d, self.schedule.first_watermark_at(d)
+            at = self.deadline_at if self.deadline_at > j else j
+            if at < n and (seq is None or seqs[at] < seq):
+                seq, k = seqs[at], at
+        return seq, k, t
+
+    def _arrival_index(self, seq: Seq, j: int) -> int:
+        """An arrival's place on the schedule, which it may fall between (downstream): its
+        step's index, else the step before it, or j - 1 if that is behind."""
+        index = self.schedule.index
+        return max(index[seq], j - 1) if seq in index else self.schedule.index_after(seq, j) - 1
+
+    def _catch_up(self, before: int) -> None:
+        """Steps skipped since the key's last visit had nothing due for it (no deadline at or
+        below their watermarks), so it simply stands at the watermark of step `before`."""
+        if before >= 0:
+            if self.schedule.watermarks[before] > self.wm:
+                self.wm = self.schedule.watermarks[before]
+        elif self.schedule.start > self.wm:
+            self.wm = self.schedule.start
+
+    def _fire_timers(self, seq: Seq, t: Instant | None, time: Instant) -> None:
+        """The `TIMERS` phase: every processing-time timer due strictly before `time`, from
+        the next one `t`."""
+        ks = self.ks
+        while t is not None and t < time:
+            sub = (*seq, TIMERS, t)
+            if panes := ks.fire_processing_timers(t, self.wm):
+                self.out.panes += [(sub, p) for p in panes]
+            self._observe_hold(sub, t)
+            t = ks.next_processing_timer()
+
+    def _add(self, seq: Seq, arrival: Arrival, time: Instant) -> None:
+        """The `ELEMENTS` phase: the arrival's elements and pre-combined windows."""
+        sub = (*seq, ELEMENTS, 0)
+        if arrival.elements and (panes := self.ks.add_bundle(arrival.elements, time, self.wm)):
+            self.out.panes += [(sub, p) for p in panes]
+        if arrival.combined and (panes := self.ks.add_combined(arrival.combined, time, self.wm)):
+            self.out.panes += [(sub, p) for p in panes]
+        self._observe_hold(sub, time)
+
+    def _move_watermark(self, seq: Seq, new_wm: Instant, time: Instant) -> None:
+        """The `WATERMARK` phase: the input watermark moves to the step's, firing what that
+        passes (the state is asked only when a deadline lies within the move)."""
+        if new_wm <= self.wm:
+            return
+        sub = (*seq, WATERMARK, 0)
+        if (d := self.ks.next_watermark_deadline(self.wm)) is not None and d <= new_wm:
+            if panes := self.ks.advance_watermark(self.wm, new_wm, time):
+                self.out.panes += [(sub, p) for p in panes]
+        self.wm = new_wm
+        self._observe_hold(sub, time)
+
+    def _observe_hold(self, sub: Seq, time: Instant) -> None:
+        if self.holds is not None:
+            self.holds.observe(sub, time, self.ks.output_hold(self.wm), self.wm)
 
 
 def _seq_of(arrival: Arrival) -> Seq:
@@ -282,45 +263,6 @@ class _HoldTracker:
             since, time = (*self.schedule.seqs[k], WATERMARK, 0), self.schedule.times[k]
         if end is None or since < end:
             self.spans.append(HoldSpan(since, time, end, end_time, hold))
-
-
-def downstream_schedule(
-    schedule: Schedule, spans: Iterable[HoldSpan], start: Instant | None = None
-) -> Schedule:
-    """The next stage's schedule: this stage's input watermark held back by its keys' hold
-    spans, as a step at every sub-step where that changes, plus a step at each of this
-    stage's watermark sub-steps (so downstream timers see the clock move).
-
-    `start` is the downstream watermark before the schedule (default this stage's start;
-    a resumed run passes where the downstream stood)."""
-    times: dict[Seq, Instant] = {(*s.seq, WATERMARK, 0): s.time for s in schedule.steps}
-    clock = set(times)
-    starts: dict[Seq, list[Instant]] = {}
-    ends: dict[Seq, list[Instant]] = {}
-    for span in spans:
-        times.setdefault(span.start, span.start_time)
-        starts.setdefault(span.start, []).append(span.hold)
-        if span.end is not None:
-            times.setdefault(span.end, span.end_time)  # type: ignore[arg-type]
-            ends.setdefault(span.end, []).append(span.hold)
-    active: list[Instant] = []  # a heap with lazy removal
-    removed: dict[Instant, int] = {}
-    steps: list[Step] = []
-    out = schedule.start if start is None else start
-    for seq in sorted(times):
-        for h in ends.get(seq, ()):
-            removed[h] = removed.get(h, 0) + 1
-        for h in starts.get(seq, ()):
-            heapq.heappush(active, h)
-        while active and removed.get(active[0], 0):
-            removed[active[0]] -= 1
-            heapq.heappop(active)
-        wm_in = schedule.watermark_through(seq[:-2], inclusive=seq[-2] == WATERMARK)
-        held = min(wm_in, active[0]) if active else wm_in
-        if held > out or seq in clock:
-            out = max(out, held)
-            steps.append(Step(seq, times[seq], out))
-    return Schedule(steps, schedule.start if start is None else start, schedule.start_time)
 
 
 # --- a whole pipeline, key by key, in one process ----------------------------------------

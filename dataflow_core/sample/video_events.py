@@ -86,49 +86,62 @@ def generate_events(
 
     With `labels=True` two extra columns say what the generator made of each row
     (`sample_kind`, `sample_defect`): the ground truth tests and the summary use.
+
+    Built in steps, each adding columns the next reads: which event a row carries and what
+    kind of row it is, the draws used more than once, the two times, then the table's columns.
     """
     g = _Hashes(config.seed)
-    m = config.malformed_share
-    p_dup = config.duplicate_candidate_share
+    df = _with_source_and_kind(spark.range(0, config.rows, 1, partitions), g, config)
+    df = _with_shared_draws(df, g, config)
+    df = _with_times(df, g)
+    df = df.select("_dup", "_kind", "_defect", *_table_columns(g, config))
+    out: list[Column | str] = list(COLUMNS)
+    if labels:
+        out += [
+            F.when(F.col("_dup"), F.lit(DUPLICATE)).otherwise(F.col("_kind")).alias(KIND_COLUMN),
+            F.col("_defect").alias(DEFECT_COLUMN),
+        ]
+    return df.select(*out)
 
-    def base_kind(row: Column) -> Column:
-        """The kind a row would have if it were not a duplicate."""
-        u = g.uniform(row, "kind")
-        return (
-            F.when(u < m, F.lit(MALFORMED))
-            .when(u < m + config.late_hours_share, F.lit(LATE_HOURS))
-            .when(u < m + config.late_hours_share + config.late_minutes_share, F.lit(LATE_MINUTES))
-            .otherwise(F.lit(ON_TIME))
-        )
+
+def _base_kind(g: _Hashes, config: SampleConfig, row: Column) -> Column:
+    """The kind a row would have if it were not a duplicate."""
+    m = config.malformed_share
+    u = g.uniform(row, "kind")
+    return (
+        F.when(u < m, F.lit(MALFORMED))
+        .when(u < m + config.late_hours_share, F.lit(LATE_HOURS))
+        .when(u < m + config.late_hours_share + config.late_minutes_share, F.lit(LATE_MINUTES))
+        .otherwise(F.lit(ON_TIME))
+    )
+
+
+def _with_source_and_kind(ids: DataFrame, g: _Hashes, config: SampleConfig) -> DataFrame:
+    """`_dup` (a re-delivery), `_src` (the row whose event this row carries: itself, or the
+    previous row for a re-delivery), `_kind` and `_defect` of that event. A duplicate never
+    copies a copy or a malformed row, so that `duplicate_share` is what `config` says."""
 
     def candidate(row: Column) -> Column:
-        return g.uniform(row, "duplicate") < p_dup
+        return g.uniform(row, "duplicate") < config.duplicate_candidate_share
 
     row_id = F.col("id")
     previous = row_id - 1
     is_duplicate = (
         (row_id > 0) & candidate(row_id) & ~candidate(previous)
-        & (base_kind(previous) != F.lit(MALFORMED))
+        & (_base_kind(g, config, previous) != F.lit(MALFORMED))
     )
-
-    df = (
-        spark.range(0, config.rows, 1, partitions)
-        .withColumn("_dup", is_duplicate)
-        # The row whose event this row carries: itself, or the previous row for a re-delivery.
-        .withColumn("_src", F.when(F.col("_dup"), previous).otherwise(row_id))
-    )
+    df = ids.withColumn("_dup", is_duplicate).withColumn("_src", F.when(F.col("_dup"), previous).otherwise(row_id))
     src = F.col("_src")
-    df = df.withColumn("_kind", base_kind(src))
-    kind = F.col("_kind")
-    df = df.withColumn(
-        "_defect",
-        F.when(kind == MALFORMED, g.pick(src, "defect", DEFECTS)),
-    )
-    defect = F.col("_defect")
+    df = df.withColumn("_kind", _base_kind(g, config, src))
+    return df.withColumn("_defect", F.when(F.col("_kind") == MALFORMED, g.pick(src, "defect", DEFECTS)))
 
-    # Values used more than once are computed once, in their own column: Spark keeps such
-    # projections apart instead of inlining (and re-hashing) them into every use.
-    df = df.select(
+
+def _with_shared_draws(df: DataFrame, g: _Hashes, config: SampleConfig) -> DataFrame:
+    """The draws used more than once (`_is_ad`, `_u_watch`, `_event_ms`, `_u_delay`), each in
+    its own column: Spark keeps such projections apart instead of inlining (and re-hashing)
+    them into every use."""
+    src = F.col("_src")
+    return df.select(
         "*",
         (g.uniform(src, "is_ad") < config.ad_share).alias("_is_ad"),
         g.uniform(src, "watch").alias("_u_watch"),
@@ -136,51 +149,39 @@ def generate_events(
         .alias("_event_ms"),
         g.uniform(src, "delay").alias("_u_delay"),
     )
-    is_ad, u_watch, event_ms, u_delay = (
-        F.col("_is_ad"), F.col("_u_watch"), F.col("_event_ms"), F.col("_u_delay"),
-    )
 
-    # Times, in epoch milliseconds (exact integers; no session time zone involved).
+
+def _with_times(df: DataFrame, g: _Hashes) -> DataFrame:
+    """`_ingest_ms` (event time plus the kind's delay, plus the re-delivery's own delay) and
+    `_reported_ms` (what the client says: null when its text will not parse, ten years ahead
+    for a future time). Epoch milliseconds: exact integers, no session time zone involved."""
+    kind, u_delay, event_ms = F.col("_kind"), F.col("_u_delay"), F.col("_event_ms")
+    defect = F.col("_defect")
     delay_ms = (
         F.when(kind == LATE_MINUTES, 60_000 + F.floor(u_delay * 29 * 60_000))
         .when(kind == LATE_HOURS, 3_600_000 + F.floor(u_delay * 11 * 3_600_000))
         .otherwise(50 + F.floor(u_delay * u_delay * 10_000))
     )
-    redelivery_ms = 1_000 + F.floor(g.uniform(row_id, "redelivery") * 10 * 60_000)
-    df = df.select(
+    redelivery_ms = 1_000 + F.floor(g.uniform(F.col("id"), "redelivery") * 10 * 60_000)
+    return df.select(
         "*",
         (event_ms + delay_ms + F.when(F.col("_dup"), redelivery_ms).otherwise(F.lit(0)))
         .alias("_ingest_ms"),
-        # The time the client reports: null when its text will not parse.
         F.when(defect == "unparseable_event_time", F.lit(None).cast("long"))
         .when(defect == "future_event_time", event_ms + FUTURE_OFFSET_MILLIS)
         .otherwise(event_ms)
         .alias("_reported_ms"),
     )
+
+
+def _table_columns(g: _Hashes, config: SampleConfig) -> list[Column]:
+    """The input table's columns (`COLUMNS`, in order) from the columns built before, each
+    defect applied to the one column it breaks."""
+    src = F.col("_src")
     reported_ms, ingest_ms = F.col("_reported_ms"), F.col("_ingest_ms")
-
-    device = F.when(kind == LATE_HOURS, g.weighted(src, "device", _mobile_shares())).otherwise(
-        g.weighted(src, "device", DEVICE_SHARES)
-    )
-    video_rank = F.floor(F.pow(g.uniform(src, "video"), 2) * config.video_count)  # skewed
-    content_watch = F.least(-F.log1p(-u_watch) * 240.0, F.lit(3.0 * 3600))
-    ad_watch = 5.0 + u_watch * 25.0
-    watch = F.round(F.when(is_ad, ad_watch).otherwise(content_watch), 1)
-    user = F.floor(g.uniform(src, "user") * config.user_count).cast("string")
-    ad = F.floor(g.uniform(src, "ad") * config.ads).cast("string")
-    no_text = F.lit(None).cast("string")
-
-    df = df.select(
-        "_dup",
-        kind,
-        defect,
+    return [
         _event_id(g, src).alias("event_id"),
-        F.when(defect == "null_user_id", no_text).otherwise(F.concat(F.lit("user-"), user))
-        .alias("user_id"),
-        F.when(defect == "null_video_id", no_text)
-        .otherwise(F.concat(F.lit("video-"), video_rank.cast("string")))
-        .alias("video_id"),
-        F.when(is_ad, F.concat(F.lit("ad-"), ad)).otherwise(no_text).alias("ad_id"),
+        *_ids(g, config),
         F.when(reported_ms.isNull(), g.pick(src, "bad_time", UNPARSEABLE_TIMES))
         .otherwise(_iso_text(reported_ms))
         .alias("event_time_raw"),
@@ -188,17 +189,44 @@ def generate_events(
         # (parsing 10 million strings would double the generator's run time).
         F.timestamp_millis(reported_ms).alias("event_time"),
         F.timestamp_millis(ingest_ms).alias("ingest_time"),
-        F.when(defect == "negative_watch_seconds", -watch).otherwise(watch).alias("watch_seconds"),
-        F.when(defect == "unknown_device", F.lit(UNKNOWN_DEVICE)).otherwise(device).alias("device"),
+        _watch_seconds(),
+        _device(g),
         _utc_date_of_millis(F.coalesce(reported_ms, ingest_ms)).alias("event_date"),
+    ]
+
+
+def _ids(g: _Hashes, config: SampleConfig) -> list[Column]:
+    """`user_id`, `video_id` (skewed: a few videos get most views) and `ad_id` (ads only)."""
+    src, defect, no_text = F.col("_src"), F.col("_defect"), F.lit(None).cast("string")
+    video_rank = F.floor(F.pow(g.uniform(src, "video"), 2) * config.video_count)
+    user = F.floor(g.uniform(src, "user") * config.user_count).cast("string")
+    ad = F.floor(g.uniform(src, "ad") * config.ads).cast("string")
+    return [
+        F.when(defect == "null_user_id", no_text).otherwise(F.concat(F.lit("user-"), user))
+        .alias("user_id"),
+        F.when(defect == "null_video_id", no_text)
+        .otherwise(F.concat(F.lit("video-"), video_rank.cast("string")))
+        .alias("video_id"),
+        F.when(F.col("_is_ad"), F.concat(F.lit("ad-"), ad)).otherwise(no_text).alias("ad_id"),
+    ]
+
+
+def _watch_seconds() -> Column:
+    """Content views: exponential, mean 4 minutes, capped at 3 hours; ads 5 to 30 s."""
+    u_watch = F.col("_u_watch")
+    content_watch = F.least(-F.log1p(-u_watch) * 240.0, F.lit(3.0 * 3600))
+    ad_watch = 5.0 + u_watch * 25.0
+    watch = F.round(F.when(F.col("_is_ad"), ad_watch).otherwise(content_watch), 1)
+    return F.when(F.col("_defect") == "negative_watch_seconds", -watch).otherwise(watch).alias("watch_seconds")
+
+
+def _device(g: _Hashes) -> Column:
+    """By `DEVICE_SHARES`; rows hours late are mobile (offline viewers)."""
+    src = F.col("_src")
+    device = F.when(F.col("_kind") == LATE_HOURS, g.weighted(src, "device", _mobile_shares())).otherwise(
+        g.weighted(src, "device", DEVICE_SHARES)
     )
-    out: list[Column | str] = list(COLUMNS)
-    if labels:
-        out += [
-            F.when(F.col("_dup"), F.lit(DUPLICATE)).otherwise(kind).alias(KIND_COLUMN),
-            defect.alias(DEFECT_COLUMN),
-        ]
-    return df.select(*out)
+    return F.when(F.col("_defect") == "unknown_device", F.lit(UNKNOWN_DEVICE)).otherwise(device).alias("device")
 
 
 def parse_event_time(raw: Column) -> Column:

@@ -15,7 +15,8 @@ from dataflow_core.model.pipeline import Pipeline, Stage
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark
 from dataflow_core.model.windows import FixedWindows, Sessions
-from dataflow_core.runners.keyed import Arrival, Schedule, Step, run_pipeline
+from dataflow_core.runners.keyed import Arrival, run_pipeline
+from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.runners.reference import ReferencePipelineRunner
 from tests.core.histories import START, histories
 from tests.core.test_properties import LATENESS, TRIGGERS, WINDOWS, strategy

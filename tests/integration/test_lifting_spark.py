@@ -22,7 +22,7 @@ from dataflow_core.model.time import parse_duration as d
 from dataflow_core.model.windows import AssignContext, FixedWindows, GlobalWindows, Sessions
 from dataflow_core.model.triggers import AfterCount, AfterProcessingTime, AfterWatermark
 from dataflow_core.pipelines.spec import StageSpec
-from dataflow_core.runners.keyed import HoldSpan, Schedule, Step, downstream_schedule
+from dataflow_core.runners.schedule import HoldSpan, Schedule, Step, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.execute.lifting import lift_arrivals
 from dataflow_core.spark.input.upstream import elements_from_panes

@@ -18,7 +18,7 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.strategy import TimestampCombiner, WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
-from dataflow_core.runners.keyed import Schedule, Step
+from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.execute.output_merge import discarding_merge, window_totals
 

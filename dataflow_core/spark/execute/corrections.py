@@ -16,9 +16,9 @@ such a window (`fresh_correction`), and Spark SQL copies it onto each of them.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.model.corrections import Correction, FreshCorrection, correct, fresh_correction
+from dataflow_core.model.corrections import Corrected, Correction, FreshCorrection, correct, fresh_correction
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.pane_codec import pane_from_row, pane_metadata_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.strategy import WindowingStrategy
@@ -57,17 +57,38 @@ def run_corrections(
     `persisted`, for a caller that reads the output several times: the executors' part is
     persisted and added to it, for the caller to unpersist when done. `all_fresh`: the results
     have none of these windows (a first backfill), so no executor is started for the rest."""
-    from pyspark.sql import functions as F
-
     keys = list(codec.columns)
     schema = output_schema(key_fields(fixes, keys), value_type)
-    live = states is not None
+    inputs = _key_inputs(fixes, keys, elements)
+    one_key = _corrector(strategy, codec, keys, at, watermark, live=states is not None)
+    if states is not None:
+        return map_keys(inputs, keys, one_key, schema, side=states.select(*keys, "state"))
+    probe = fresh_correction(at, watermark) if fresh_in_sql else None
+    if probe is None:
+        return _kept(map_keys(inputs, keys, one_key, schema), persisted)
+    return _fresh_in_sql(inputs, probe, keys, schema, one_key, persisted, all_fresh)
+
+
+def _key_inputs(fixes: "DataFrame", keys: list[str], elements: "DataFrame | None") -> "DataFrame":
+    """One frame for `map_keys`: the changed windows (`CORRECTION_COLUMNS`), and with live
+    state the elements of the keys they belong to (`el_*`, `present` null), which rebuild
+    the corrected windows' accumulators."""
+    from pyspark.sql import functions as F
+
     both = fixes.select(*keys, *CORRECTION_COLUMNS)
-    if elements is not None:
-        retraction = F.col("retraction") if "retraction" in elements.columns else F.lit(False)
-        inputs = elements.join(fixes.select(*keys).distinct(), keys, "left_semi").select(
-            *keys, F.col("value").alias("el_value"), "event_ms", retraction.alias("el_retraction"))
-        both = both.unionByName(inputs, allowMissingColumns=True)
+    if elements is None:
+        return both
+    retraction = F.col("retraction") if "retraction" in elements.columns else F.lit(False)
+    inputs = elements.join(fixes.select(*keys).distinct(), keys, "left_semi").select(
+        *keys, F.col("value").alias("el_value"), "event_ms", retraction.alias("el_retraction"))
+    return both.unionByName(inputs, allowMissingColumns=True)
+
+
+def _corrector(
+    strategy: WindowingStrategy, codec: KeyCodec, keys: list[str], at: Instant, watermark: Instant, live: bool,
+) -> Callable[[list, "pa.Table", "pa.Table | None"], list[dict]]:
+    """What an executor runs per key (shipped to it with these arguments): `correct` on the
+    key's state (stored, with live state; else empty) and its changed windows."""
 
     def one_key(row_key: list, table: "pa.Table", state: "pa.Table | None") -> list[dict]:
         if not table.num_rows or table.column("present").null_count == table.num_rows:
@@ -75,39 +96,59 @@ def run_corrections(
         key = codec.key(row_key)
         text = state.column("state")[0].as_py() if state is not None and state.num_rows else None
         ks = load_state(key, strategy, text) if live else KeyedWindowSet(key, strategy)
-        fixes_, els = [], []
-        for r in table.to_pylist():
-            if r["present"] is None:
-                els.append(Element(r["el_value"], r["event_ms"], bool(r["el_retraction"])))
-            else:
-                fixes_.append(_correction(key, r))
-        done = correct(ks, fixes_, at, watermark, elements=els if live else None)
+        fixes, els = _fixes_and_elements(key, table)
+        done = correct(ks, fixes, at, watermark, elements=els if live else None)
         keyed = dict(zip(keys, row_key))
-        rows = [{**keyed, "kind": "pane", "ordinal": n, **pane_to_row(p)} for n, p in enumerate(done.panes)]
-        for window, pane, total in done.results:
-            if pane is None:
-                start, end = window_bounds(window)
-                rows.append({**keyed, "kind": "result", "window_start": start, "window_end": end,
-                             "is_retraction": True, "emitted_at": at})
-            else:
-                rows.append({**keyed, "kind": "result", **pane_to_row(pane), "value": total})
+        rows = _output_rows(keyed, done, at)
         if live:
             rows.append(state_row(keyed, ks, watermark))
         return rows
 
-    if not live:
-        probe = fresh_correction(at, watermark) if fresh_in_sql else None
-        if probe is None:
-            return _kept(map_keys(both, keys, one_key, schema), persisted)
-        fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
-            & F.col("window_start").isNotNull()
-        if all_fresh:
-            from pyspark.sql.types import _parse_datatype_string
+    return one_key
 
-            return _fresh_rows(both, probe, keys, _parse_datatype_string(schema))
-        rest = _kept(map_keys(both.where(~fresh), keys, one_key, schema), persisted)
-        return rest.unionByName(_fresh_rows(both.where(fresh), probe, keys, rest.schema))
-    return map_keys(both, keys, one_key, schema, side=states.select(*keys, "state"))  # type: ignore[union-attr]
+
+def _fixes_and_elements(key: object, table: "pa.Table") -> tuple[list[Correction], list[Element]]:
+    """A key's rows of `_key_inputs` back apart: its changed windows and its elements."""
+    fixes, els = [], []
+    for r in table.to_pylist():
+        if r["present"] is None:
+            els.append(Element(r["el_value"], r["event_ms"], bool(r["el_retraction"])))
+        else:
+            fixes.append(_correction(key, r))
+    return fixes, els
+
+
+def _output_rows(keyed: dict, done: Corrected, at: Instant) -> list[dict]:
+    """The key's `'pane'` rows in order, then a `'result'` row per window: the pane whose
+    metadata the results row takes, with the window's total as value, or a deletion."""
+    rows = [{**keyed, "kind": "pane", "ordinal": n, **pane_to_row(p)} for n, p in enumerate(done.panes)]
+    for window, pane, total in done.results:
+        if pane is None:
+            start, end = window_bounds(window)
+            rows.append({**keyed, "kind": "result", "window_start": start, "window_end": end,
+                         "is_retraction": True, "emitted_at": at})
+        else:
+            rows.append({**keyed, "kind": "result", **pane_to_row(pane), "value": total})
+    return rows
+
+
+def _fresh_in_sql(
+    inputs: "DataFrame", probe: FreshCorrection, keys: list[str], schema: str,
+    one_key: Callable[[list, "pa.Table", "pa.Table | None"], list[dict]],
+    persisted: list["DataFrame"] | None, all_fresh: bool,
+) -> "DataFrame":
+    """Without live state: the windows the results do not have get `probe`'s metadata in
+    Spark SQL (`_fresh_rows`), the others go through the executors."""
+    from pyspark.sql import functions as F
+
+    fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
+        & F.col("window_start").isNotNull()
+    if all_fresh:
+        from pyspark.sql.types import _parse_datatype_string
+
+        return _fresh_rows(inputs, probe, keys, _parse_datatype_string(schema))
+    rest = _kept(map_keys(inputs.where(~fresh), keys, one_key, schema), persisted)
+    return rest.unionByName(_fresh_rows(inputs.where(fresh), probe, keys, rest.schema))
 
 
 def _kept(rows: "DataFrame", persisted: list["DataFrame"] | None) -> "DataFrame":

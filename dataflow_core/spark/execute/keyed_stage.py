@@ -22,7 +22,8 @@ from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.pane_codec import pane_to_row, window_bounds
 from dataflow_core.model.state_codec import STATE_VERSION, state_from_text, state_text
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.runners.keyed import Arrival, HoldSpan, Schedule, run_key
+from dataflow_core.runners.keyed import Arrival, run_key
+from dataflow_core.runners.schedule import HoldSpan, Schedule
 from dataflow_core.spark.execute.by_key import map_keys
 from dataflow_core.spark.execute.lifting import can_lift, combined_by_seq, is_lifted, lift_arrivals
 

@@ -21,7 +21,7 @@ watermark when micro-batches run it (the end of time otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
@@ -52,77 +52,107 @@ def correct_stage(
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
     `input_version` the version of the pipeline's input table they come from (first stage).
     True when the run has a plan of corrections for the stage (to forget once it finished)."""
-    from pyspark.sql import functions as F
-
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     if plan is None:
-        current = current_results(spark, stage)
-        changed = _changed(stage, finals, current, owned)
-        if live:
-            states = read_states(spark, stage, table_version(spark, state_table(stage)))
-            write_plan(spark, spec, stage, run_corrections(
-                changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
-                elements=elements, states=states), run.run_id)
-        elif current is None and input_version is not None:  # every window a change, computed from the input
-            write_recompute(spark, spec, stage, changed, watermark, input_version, run.run_id)
-            plan = Plan(None, watermark, True, input_version)
-        else:
-            # without results, every recomputed window is a change
-            write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)
-        plan = plan or read_plan(spark, stage, run.run_id)
+        plan = _commit_plan(spark, spec, stage, finals, elements, run, owned, watermark, live, input_version)
     else:
         say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
     crash_point(f"{stage.output}-planned")
-    out = None if plan is None else plan.rows
     kept: list["DataFrame"] = []
-    if plan is not None and plan.input_version is not None:  # every window, from the input as of that version
+    out = _corrections(stage, finals, plan, run, owned, kept)
+    counts = _counts(out)
+    if plan is None or out is None or not counts["rows"]:  # nothing changed (a range without input, say)
+        panes = retractions = corrected = 0
+    else:
+        panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
+        _write_corrections(spark, spec, stage, out, elements, run.run_id, plan, owned, live, say)
+    for df in kept:
+        df.unpersist()
+    ledger.add_stage(stage.output, panes, retractions, corrected_windows=corrected)
+    say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, {corrected:,} windows corrected")
+    return plan is not None
+
+
+def _commit_plan(
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
+    run: Run, owned: EventRange | None, watermark: Instant, live: bool, input_version: int | None,
+) -> Plan | None:
+    """Diffs the recomputed windows against the results and commits what a resumed run must
+    apply the same way: with live state the corrections themselves (they depend on the state
+    as of now), without results and with the input's version only that version, else the
+    changed windows."""
+    current = current_results(spark, stage)
+    changed = _changed(stage, finals, current, owned)
+    if live:
+        states = read_states(spark, stage, table_version(spark, state_table(stage)))
+        write_plan(spark, spec, stage, run_corrections(
+            changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
+            elements=elements, states=states), run.run_id)
+    elif current is None and input_version is not None:  # every window a change, computed from the input
+        write_recompute(spark, spec, stage, changed, watermark, input_version, run.run_id)
+        return Plan(None, watermark, True, input_version)
+    else:
+        # without results, every recomputed window is a change
+        write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)
+    return read_plan(spark, stage, run.run_id)
+
+
+def _corrections(stage: StageSpec, finals: "DataFrame", plan: Plan | None, run: Run, owned: EventRange | None,
+                 kept: list["DataFrame"]) -> "DataFrame | None":
+    """The plan's corrections (`execute.corrections.OUTPUT_COLUMNS`): stored as they are, or
+    computed here from the changed windows it holds, or from every recomputed window (a plan
+    of the input's version). DataFrames cached on the way are added to `kept`."""
+    if plan is None:
+        return None
+    if plan.input_version is not None:  # every window, from the input as of that version
         changes = _changed(stage, finals, None, owned)
         if not finals.is_cached:  # read by the counts, the pane log and the results
             kept.append(changes := persist_uncompressed(changes))
-        out = run_corrections(changes, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-                              run.now, plan.watermark, all_fresh=True)
-    elif plan is not None and plan.watermark is not None:  # the plan holds the changed windows: corrected here
-        out = run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-                              run.now, plan.watermark, persisted=kept)
-    counts = None if out is None else out.agg(
+        return run_corrections(changes, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
+                               run.now, plan.watermark, all_fresh=True)
+    if plan.watermark is not None:  # the plan holds the changed windows: corrected here
+        return run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
+                               run.now, plan.watermark, persisted=kept)
+    return plan.rows
+
+
+def _counts(out: "DataFrame | None") -> Any:
+    """One action over the corrections: panes, retractions, windows whose result changed
+    (`fixed`) and rows (none: nothing to write)."""
+    from pyspark.sql import functions as F
+
+    return None if out is None else out.agg(
         F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
         F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
         F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
         F.count(F.lit(1)).alias("rows"),
     ).first()
-    if counts is None or not counts["rows"]:  # nothing changed (a range without input, say)
-        out, counts, corrected = None, {"panes": 0, "retractions": 0}, 0
-    else:
-        corrected = int(counts["fixed"])
-        # Appended under the run's idempotent key, as the state is: a resumed run applies the
-        # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
-        write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id,
-                    txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
-        crash_point(f"{stage.output}-corrected-panes")
-        if stage.keeps_results:
-            write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
-                          txn=(f"dataflow:{spec.name}:{stage.output}:{run.run_id}", 0))
-        crash_point(f"{stage.output}-corrected-results")
-        if live:
-            write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
-            crash_point(f"{stage.output}-corrected-state")
-            say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
-        if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
-            every = owned if plan.every_window else None
-            _mark_seen(spark, spec, stage, out, elements, run.run_id, every)
-            crash_point(f"{stage.output}-corrected-seen")
-    for df in kept:
-        df.unpersist()
-    outcome = {"panes": int(counts["panes"]), "retractions": int(counts["retractions"]), "corrected_windows": corrected}
-    ledger.per_stage[stage.output] = outcome
-    ledger.panes += outcome["panes"]
-    ledger.retractions += outcome["retractions"]
-    ledger.corrected_windows += corrected
-    say(f"stage {stage.output}: {outcome['panes']:,} panes, {outcome['retractions']:,} retractions, "
-        f"{corrected:,} windows corrected")
-    return plan is not None
+
+
+def _write_corrections(
+    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame",
+    run_id: str, plan: Plan, owned: EventRange | None, live: bool, say: Callable[[str], None],
+) -> None:
+    """Pane log, results, live state and seen ids, each appended under the run's idempotent
+    key: a resumed run applies the same plan, so whatever already committed is skipped (no
+    MERGE on pane ids needed)."""
+    write_panes(spark, stage, out.where("kind = 'pane'"), run_id,
+                txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run_id}", 0))
+    crash_point(f"{stage.output}-corrected-panes")
+    if stage.keeps_results:
+        write_results(spark, stage, out.where("kind = 'result'"), run_id, one_per_window=True,
+                      txn=(f"dataflow:{spec.name}:{stage.output}:{run_id}", 0))
+    crash_point(f"{stage.output}-corrected-results")
+    if live:
+        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run_id}", 0))
+        crash_point(f"{stage.output}-corrected-state")
+        say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+    if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
+        every = owned if plan.every_window else None
+        _mark_seen(spark, spec, stage, out, elements, run_id, every)
+        crash_point(f"{stage.output}-corrected-seen")
 
 
 def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None", owned: EventRange | None) -> "DataFrame":

@@ -25,7 +25,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import Instant, format_instant, format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.runners.keyed import Schedule, Step
+from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.jobs import live_input, live_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.skip import skip_batch

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.runners.keyed import Schedule
+from dataflow_core.runners.schedule import Schedule
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.execute.take_over import taken_over_states
 from dataflow_core.spark.input.rows import elements, tag_rows

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.model.time import format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.runners.keyed import Schedule, Step
+from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.jobs.range_input import read_range

@@ -10,7 +10,7 @@ import json
 
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.time import END_OF_TIME
-from dataflow_core.runners.keyed import Schedule, Step
+from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.scenario import ReplayResult, Scenario
 
 SCHEMA = "key string, value string, event_ms bigint, retraction boolean, seq array<bigint>, at_ms bigint"

@@ -3,7 +3,7 @@ arrival-order replay share.
 
 Each stage runs per key (`execute.keyed_stage`) on its arrivals; the next stage's arrivals
 are its panes (`input.upstream`), and its schedule is this one's held back by the keys'
-watermark holds (`runners.keyed.downstream_schedule`), so a later stage never sees its
+watermark holds (`runners.schedule.downstream_schedule`), so a later stage never sees its
 watermark pass a pane an earlier stage has yet to emit. How a stage finds its keys (every
 key of a replay, the woken keys of a micro-batch) and what it writes are the caller's.
 """
@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
-from dataflow_core.runners.keyed import HoldSpan, Schedule, carried_hold_spans, downstream_schedule
+from dataflow_core.runners.keyed import carried_hold_spans
+from dataflow_core.runners.schedule import HoldSpan, Schedule, downstream_schedule
 from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, hold_span
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.platform import aggregates

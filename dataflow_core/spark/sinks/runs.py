@@ -66,12 +66,14 @@ class Ledger:
         return d
 
     def add_stage(self, stage: str, panes: int, retractions: int, elements: int | None = None,
-                  dropped: int = 0) -> None:
-        """A stage's panes and retractions; for the first stage (`elements` given), what it
-        aggregated and dropped as too late of the elements it took."""
-        self.per_stage[stage] = {"panes": panes, "retractions": retractions, "corrected_windows": 0}
+                  dropped: int = 0, corrected_windows: int = 0) -> None:
+        """A stage's panes and retractions (and a backfill's windows corrected); for the first
+        stage (`elements` given), what it aggregated and dropped as too late of the elements
+        it took."""
+        self.per_stage[stage] = {"panes": panes, "retractions": retractions, "corrected_windows": corrected_windows}
         self.panes += panes
         self.retractions += retractions
+        self.corrected_windows += corrected_windows
         if elements is not None:
             self.dropped_late = dropped
             self.aggregated = elements - dropped
