@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from dataflow_core.model.pane_codec import pane_from_row
-from dataflow_core.model.time import END_OF_TIME
+from dataflow_core.model.watermarks import advanced
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.scenario import ReplayResult, Scenario
 
@@ -26,7 +26,7 @@ def replay_spark(scenario: Scenario) -> ReplayResult:
     steps, rows, wm = [], [], scenario.start
     for n, event in enumerate(scenario.events):
         if event.watermark is not None:
-            wm = max(wm, min(event.watermark, END_OF_TIME))
+            wm = advanced(wm, event.watermark)
         steps.append(Step((n,), event.at, wm))
         rows += [(json.dumps(k), json.dumps(v), t, False, [n], event.at) for k, v, t in event.add]
     schedule = Schedule(steps, scenario.start)
