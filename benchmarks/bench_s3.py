@@ -7,7 +7,11 @@ On a local S3 server (moto's, tests/s3_server.py), in one run:
 2. the billing backfill of tests/s3_backfill_twin.py (300 sample rows, six hours) on S3 and
    on a local folder in one process, in both orders (the first pays the JVM's warm-up):
    seconds, and the requests it made;
-3. the log store duel of tests/s3_append_driver.py (two drivers write log version N within
+3. a warm micro-batch of billing (a first batch takes the pipeline live on a sample of
+   `--batch-rows` rows, then a second sample as long is appended and timed as the next batch),
+   on S3 and on a local folder in one process, in both orders: seconds, and the object-store
+   requests of the timed batch;
+4. the log store duel of tests/s3_append_driver.py (two drivers write log version N within
    milliseconds, ROUNDS times) with Delta's default S3 log store and with the product's:
    how many versions both drivers were told they had written (one of the two commits lost),
    and how many N.json were written twice.
@@ -56,6 +60,45 @@ def _child_appends(local: str, s3: str, count: int) -> None:
             times.append(time.perf_counter() - started)
         out[name] = times
     print(json.dumps({"appends": out}), flush=True)
+
+
+def _child_microbatch(local: str, s3: str, rows: int, server: s3_server.S3Server, local_first: bool) -> None:
+    """In a child process: per warehouse, billing taken live on a sample, then one more
+    sample's rows as a timed micro-batch, with the object-store requests it made."""
+    from dataflow_core.sample.config import SampleConfig, parse_start
+    from dataflow_core.sample.write import write_sample
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
+    from dataflow_core.spark.platform.session import get_spark
+
+    spark = get_spark("bench-s3-microbatch", master="local[2]", warehouse=s3)
+    out = {}
+    order = [("s3", s3), ("local", local)]
+    for name, warehouse in reversed(order) if local_first else order:
+        get_spark(warehouse=warehouse)
+        for n, start in enumerate(("2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z")):
+            config = SampleConfig(rows=rows, seed=n + 1, start=parse_start(start), span_hours=6.0)
+            write_sample(spark, config, table="video_events", mode="append" if n else "overwrite",
+                         progress=lambda _: None)
+            before, started = len(server.requests()), time.perf_counter()
+            result = run_microbatch(spark, "billing", now=f"2024-05-01T{6 * (n + 1):02d}:05:00Z")
+            assert result.ledger_ok, result.ledger
+        out[name] = {"batch_s": round(time.perf_counter() - started, 2), "rows": result.ledger["read"],
+                     "requests": len(server.requests()) - before}
+    print(json.dumps({"microbatch": out}), flush=True)
+
+
+def microbatch(server: s3_server.S3Server, rows: int, local_first: bool) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        prefix = "microbatch-local-first" if local_first else "microbatch-s3-first"
+        child = subprocess.run([sys.executable, __file__, "--child-microbatch", str(rows), tmp, f"s3a://lake/{prefix}",
+                                str(server.pid), server.endpoint, "local-first" if local_first else "s3-first"],
+                               env={**os.environ, **server.env()}, cwd=ROOT, capture_output=True, text=True)
+    if child.returncode:
+        raise SystemExit(f"the micro-batch child failed:\n{child.stdout[-3000:]}{child.stderr[-3000:]}")
+    out = json.loads(child.stdout.strip().splitlines()[-1])["microbatch"]
+    return {"rows": out["s3"]["rows"], "s3_batch_s": out["s3"]["batch_s"], "local_batch_s": out["local"]["batch_s"],
+            "ratio": round(out["s3"]["batch_s"] / out["local"]["batch_s"], 2),
+            "s3_requests_per_batch": out["s3"]["requests"]}
 
 
 def _requests(server: s3_server.S3Server) -> int:
@@ -128,10 +171,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--appends", type=int, default=10)
     parser.add_argument("--child-appends", nargs=3, metavar=("COUNT", "LOCAL", "S3"))
-    parser.add_argument("--only", default="appends,backfill,duel", help="comma-separated parts to run")
+    parser.add_argument("--batch-rows", type=int, default=5000, help="rows per micro-batch sample")
+    parser.add_argument("--child-microbatch", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--only", default="appends,backfill,microbatch,duel", help="comma-separated parts to run")
     args = parser.parse_args()
     if args.child_appends:
         _child_appends(args.child_appends[1], args.child_appends[2], int(args.child_appends[0]))
+        return 0
+    if args.child_microbatch:
+        rows, local, s3, pid, endpoint, order = args.child_microbatch
+        _child_microbatch(local, s3, int(rows), s3_server.S3Server(int(pid), endpoint), order == "local-first")
         return 0
     server = s3_server.start()
     try:
@@ -142,6 +191,9 @@ def main() -> int:
         if "backfill" in only:
             figures["backfill_s3_first"] = backfill(server, local_first=False)
             figures["backfill_local_first"] = backfill(server, local_first=True)
+        if "microbatch" in only:
+            figures["microbatch_s3_first"] = microbatch(server, args.batch_rows, local_first=False)
+            figures["microbatch_local_first"] = microbatch(server, args.batch_rows, local_first=True)
         if "duel" in only:
             figures["duel_default_log_store"] = duel(server, DEFAULT_STORE, args.rounds, "duel-default")
             figures["duel_product_log_store"] = duel(server, None, args.rounds, "duel-product")
