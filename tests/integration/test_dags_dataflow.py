@@ -243,7 +243,8 @@ def test_maintenance_dag_optimizes_and_vacuums(dag_runs, sample_wh):
 def test_schedules_and_shapes(dagbag):
     dags = dagbag["shapes"]
     assert dags["dataflow_backfill"]["tasks"] == [
-        "backfill_day", "check_request", "days_of", "gate_input", "gate_output", "summary"]
+        "apply_plan", "approve_backfill", "backfill_day", "check_request", "days_of", "gate_input", "gate_output",
+        "plan_backfill", "reject_plan", "route", "summary"]
     for name in ("billing", "ad_sessions"):
         micro = dags[f"dataflow_microbatch__{name}"]
         assert micro["paused"] and micro["max_active_runs"] == 1 and not micro["catchup"]
