@@ -18,12 +18,16 @@ from typing import Any, Mapping
 
 from airflow.providers.standard.operators.hitl import HITLBranchOperator
 
-from dataflow_core.airflow.tasks import LEDGER_KEYS, Say, _say, checked, spark_session, written_per_stage
+from dataflow_core.airflow.tasks import LEDGER_KEYS, Say, checked, log, spark_session, written_per_stage
 
 APPROVE, REJECT = "Approve", "Reject"
 DECISION_KEY = "decision"
 """The XCom key under which `PlanApproval` leaves the choice, who made it and when."""
 SHOWN_WINDOWS = 20  # per stage in the approval page; `dataflow plan show` and the explorer list all
+
+
+def _say(message: str) -> None:
+    log.info(message)
 
 
 class PlanApproval(HITLBranchOperator):

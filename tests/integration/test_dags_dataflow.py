@@ -153,6 +153,8 @@ def test_a_request_a_schema_cannot_refuse_fails_the_first_task(dag_runs):
         ({"start": "2024-05-01", "end": "2024-05-09"}, {"DATAFLOW_BACKFILL_MAX_DAYS": "3"},
          "range [2024-05-01, 2024-05-09) is 8 days, more than the maximum of 3"),
         ({}, {}, "input table 'video_events' not found in warehouse"),
+        ({"mode": "replay", "require_approval": True}, {},
+         "require_approval plans the corrections of a batch backfill; a replay writes the pane history"),
     ],
 )
 def test_backfill_requests_a_schema_cannot_refuse_are_refused(monkeypatch, tmp_path, conf, env, reason):

@@ -178,9 +178,11 @@ def _processing_time(now: Instant | None, last: dict | None) -> Instant:
 
 def planned_from(spec: PipelineSpec, hold: Hold) -> dict[str, int]:
     """The versions a plan made under `hold` is made from: the input's it read and every
-    table of the pipeline but the plans themselves (a plan's apply refuses it once one moved)."""
-    plans = {plan_table(stage) for stage in spec.stages}
-    return {name: v for name, v in hold.record.versions.items() if name not in plans}
+    table of the pipeline a plan's corrections follow from (a plan's apply refuses it once
+    one moved). Not the plans themselves, nor the quarantine, which nothing reads back: an
+    input gate quarantining another range's rows leaves this plan as true as it was."""
+    left_out = {plan_table(stage) for stage in spec.stages} | {quarantine_table(spec)}
+    return {name: v for name, v in hold.record.versions.items() if name not in left_out}
 
 
 def input_key(pipeline: str) -> str:
