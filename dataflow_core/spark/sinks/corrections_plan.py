@@ -19,7 +19,8 @@ What is stored depends on what the corrections follow from:
   (`kind = 'recompute'`) with the version of the input the run reads: every window it
   computes is a change, and a resumed run computes them again from the input as of that
   version, so nothing per window needs storing (the run's own writes, which make the
-  results exist, cannot change what it plans).
+  results exist, cannot change what it plans). A plan made for approval (`--plan-only`)
+  stores the changed windows instead, so that its preview can list them.
 
 The table is partitioned by `run_id`: a run reads back only its own plan, and forgetting a
 finished run's plan is a DELETE of its partition, which Delta does in its log alone (no
