@@ -51,9 +51,10 @@ class PlanApproval(HITLBranchOperator):
         return super().execute_complete(context=context, event=event)
 
 
-def plan_range(plan: Mapping[str, Any], explorer_url: str | None = None, say: Say = _say) -> dict[str, Any]:
+def plan_range(plan: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
     """Plan the request's whole range (`dataflow backfill --plan-only`); log the diff and
     return the run id and the approval page's Markdown."""
+    from dataflow_core.airflow.settings import plan_url
     from dataflow_core.cli.plan import plan_lines
     from dataflow_core.spark.jobs.backfill import run_backfill
     from dataflow_core.spark.jobs.plan_diff import plan_diff
@@ -66,14 +67,17 @@ def plan_range(plan: Mapping[str, Any], explorer_url: str | None = None, say: Sa
     for line in plan_lines(spark, result.run_id, pipeline, limit=None):
         say(line)
     state, diffs = plan_diff(spark, result.run_id, pipeline)
-    return {"run_id": result.run_id, "markdown": approval_markdown(state, diffs, explorer_url),
+    url = plan_url(pipeline, result.run_id)
+    say(f"the plan in the browser: {url}")
+    return {"run_id": result.run_id, "markdown": approval_markdown(state, diffs, url),
             "ledger": {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}, "ledger_ok": result.ledger_ok}
 
 
 def approval_markdown(state: Any, diffs: list[Any], explorer_url: str | None = None) -> str:
     """The approval page's body: the plan's headline, per stage its first windows as a
     table and the sum of its changes per key, and where the full diff is."""
-    from dataflow_core.spark.jobs.plan_diff import headline, key_rows, stage_rows
+    from dataflow_core.diagram.plan_table import key_rows, stage_rows
+    from dataflow_core.spark.jobs.plan_diff import headline
 
     out = [f"**{headline(state)}**", ""]
     for diff in diffs:

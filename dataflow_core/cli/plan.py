@@ -42,7 +42,8 @@ def plan_lines(spark, run_id: str, pipeline: str | None = None, limit: int | Non
     """The plan as `plan show` prints it: a headline, then per stage its windows and the sum
     of its changes per key."""
     from dataflow_core.cli.sql import format_table
-    from dataflow_core.spark.jobs.plan_diff import headline, key_rows, plan_diff, stage_rows
+    from dataflow_core.diagram.plan_table import key_rows, stage_rows
+    from dataflow_core.spark.jobs.plan_diff import headline, plan_diff
 
     state, diffs = plan_diff(spark, run_id, pipeline)
     lines = [headline(state)]

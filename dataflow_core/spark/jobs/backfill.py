@@ -20,6 +20,9 @@ until no window of the range reaches the edge of what was read).
 One writer at a time: a run holds the pipeline (`sinks.holds`) before it reads, and reads
 the version of the input its hold pinned however often it is resumed; it records itself
 finished (or failed, with its reason) and only then releases the hold.
+
+With `plan_only` a batch run stops once every stage's plan is stored, records itself
+`planned` and releases the pipeline; `jobs.plans` applies or rejects the plan later.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.jobs.plan_diff import store_previews
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -109,7 +113,9 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
             ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
         check_hold(spark, spec, hold)
         if plan_only:
-            record_planned(spark, run, ledger, planned_from(spec, hold))
+            versions = planned_from(spec, hold)
+            store_previews(spark, spec, run, versions)
+            record_planned(spark, run, ledger, versions)
             result = RunResult(run.run_id, ledger.as_dict(), run.now)
         else:
             result = finish_run(spark, run, ledger)
