@@ -79,7 +79,7 @@ def approval_markdown(state: Any, diffs: list[Any], explorer_url: str | None = N
     from dataflow_core.diagram.plan_table import key_rows, stage_rows
     from dataflow_core.spark.jobs.plan_diff import headline
 
-    out = [f"**{headline(state)}**", ""]
+    out = [f"**{headline(state, diffs)}**", ""]
     for diff in diffs:
         out.append(f"#### {diff.stage}: {len(diff.changes):,} window(s) change")
         if diff.changes:

@@ -46,7 +46,7 @@ def plan_lines(spark, run_id: str, pipeline: str | None = None, limit: int | Non
     from dataflow_core.spark.jobs.plan_diff import headline, plan_diff
 
     state, diffs = plan_diff(spark, run_id, pipeline)
-    lines = [headline(state)]
+    lines = [headline(state, diffs)]
     for diff in diffs:
         counts = state.ledger.get("per_stage", {}).get(diff.stage, {})
         lines += ["", f"stage {diff.stage}: {len(diff.changes):,} windows change, {counts.get('panes', 0):,} panes, "

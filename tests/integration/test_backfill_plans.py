@@ -53,7 +53,7 @@ def test_a_plan_changes_nothing_shows_what_its_apply_does_and_applies_once(spark
     shown = capsys.readouterr().out
     for stage in spec.stages:
         assert f"stage {stage.output}:" in shown, shown
-    assert "(deleted)" in shown and "sum of changes per key" in shown, shown
+    assert "(deleted)" in shown and "sum of changes per key" in shown and "windows change (" in shown, shown
     _, diffs = plan_diff(spark, planned.run_id, spec.name)
     previewed = {d.stage: {(c.key, c.window_start, c.window_end): (c.old, c.new) for c in d.changes
                            if c.old != c.new} for d in diffs}

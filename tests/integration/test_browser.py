@@ -12,8 +12,10 @@ JVM are running, and no process of that Airflow may be left. Between the two, on
 Airflow (issue 51): `dataflow_microbatch_once` runs a batch from its form while the scheduled
 micro-batch DAG stays paused; the explorer draws the watermark and no two labels' rendered
 boxes overlap; the Data Docs open from the link the gate logs, styled, with every request to
-another host refused. Screenshots (the form's refusal, the form, the grid, the mapped days,
-the summary log, the explorer, the one-off micro-batch, the watermark, the Data Docs) are kept
+another host refused; a backfill with "Require approval" shows its plan in the approval task
+and the explorer's plan view, lands as previewed once approved, and changes nothing once
+rejected. Screenshots (the form's refusal, the form, the grid, the mapped days, the summary
+log, the explorer, the one-off micro-batch, the watermark, the Data Docs, the approval) are kept
 in `$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
 
 Needs Debian's `chromium` (`/usr/bin/chromium`; `.ci/run` installs it) and the `playwright`
@@ -361,7 +363,7 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
                                       (rejected, "Reject", "19-rejection-page.png")):
                 page.goto(f"{url}/dags/dataflow_backfill/runs/{urllib.request.quote(run, safe='')}/tasks/"
                           "approve_backfill/required_actions", wait_until="networkidle")
-                page.get_by_text(re.compile(r"windows to correct")).first.wait_for(state="visible", timeout=60000)
+                page.get_by_text(re.compile(r"windows change")).first.wait_for(state="visible", timeout=60000)
                 assert page.get_by_text(re.compile(r"Sum of changes per key")).count()
                 page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
                 page.get_by_role("button", name=option).first.click()

@@ -104,10 +104,14 @@ def _stage_diff(spark: "SparkSession", stage: StageSpec, run_id: str) -> StageDi
     return diff
 
 
-def headline(state: PlanState) -> str:
-    """The plan in one line: its status, range and counts."""
+def headline(state: PlanState, diffs: list[StageDiff]) -> str:
+    """The plan in one line: its status, range and counts (windows that change, of them
+    those the results already hold, panes and retractions it will append)."""
     args = json.loads(state.run.args)
     ledger = state.ledger
+    changes = [c for d in diffs for c in d.changes]
+    standing = sum(1 for c in changes if c.old is not None)
     return (f"plan {state.run.run_id} of pipeline {state.run.pipeline}: {state.status}; range {args['start']} to "
-            f"{args['end']}; {ledger.get('corrected_windows', 0):,} windows to correct, "
-            f"{ledger.get('panes', 0):,} panes, {ledger.get('retractions', 0):,} retractions")
+            f"{args['end']}; {len(changes):,} windows change ({standing:,} of them standing results, "
+            f"{len(changes) - standing:,} new); {ledger.get('panes', 0):,} panes, "
+            f"{ledger.get('retractions', 0):,} retractions")
