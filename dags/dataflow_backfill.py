@@ -169,6 +169,22 @@ def dataflow_backfill() -> None:
     def route(plan: dict[str, Any], gate: dict[str, Any]) -> str:
         return "plan_backfill" if plan.get("require_approval") else "days_of"
 
+    plan = check_request()
+    gate = gate_input(plan)
+    chosen = route(plan, gate)
+    day_list = days_of(plan, gate)
+    days = backfill_day.partial(plan=plan).expand(day=day_list)
+    planned, applied, rejected = _approval_path(plan)
+    chosen >> [day_list, planned]
+    checked_output = gate_output(plan)
+    [days, applied] >> checked_output
+    [checked_output, rejected] >> summary()
+
+
+def _approval_path(plan: Any) -> tuple[Any, Any, Any]:
+    """With "Require approval": plan_backfill -> approve_backfill -> apply_plan | reject_plan
+    (see the module docstring), inside the DAG's definition; the first task and the two last."""
+
     @task
     @_fail_on_dataflow_error
     def plan_backfill(plan: dict[str, Any]) -> dict[str, Any]:
@@ -192,22 +208,14 @@ def dataflow_backfill() -> None:
         decision = context["ti"].xcom_pull(task_ids="approve_backfill", key=DECISION_KEY) or {}
         return reject_planned(plan, planned["run_id"], decision)
 
-    plan = check_request()
-    gate = gate_input(plan)
-    chosen = route(plan, gate)
-    day_list = days_of(plan, gate)
-    days = backfill_day.partial(plan=plan).expand(day=day_list)
     planned = plan_backfill(plan)
     approval = PlanApproval(
         task_id="approve_backfill", subject="Apply this backfill's corrections?", apply_task="apply_plan",
         reject_task="reject_plan", body="{{ ti.xcom_pull(task_ids='plan_backfill')['markdown'] }}",
     )
     applied, rejected = apply_plan(plan, planned), reject_plan(plan, planned)
-    chosen >> [day_list, planned]
     planned >> approval >> [applied, rejected]
-    checked_output = gate_output(plan)
-    [days, applied] >> checked_output
-    [checked_output, rejected] >> summary()
+    return planned, applied, rejected
 
 
 def _rescheduled_when_busy(work):
