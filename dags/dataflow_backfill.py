@@ -6,6 +6,16 @@ refused before a run exists. Tasks:
 
     check_request -> gate_input -> backfill_day (one mapped task per day) -> gate_output -> summary
 
+With "require approval" ticked (batch mode), the days are not run one by one: the range is
+planned as one run and waits for a human (`dataflow_core.airflow.approval`):
+
+    check_request -> gate_input -> plan_backfill -> approve_backfill -> apply_plan -> gate_output -> summary
+                                                                     \-> reject_plan ----------------> summary
+
+`approve_backfill` (Airflow's human-in-the-loop branch operator) shows the diff's summary and
+waits for Approve or Reject; the choice, who made it and when are recorded in dataflow_runs.
+A rejected plan ends the run successfully with nothing applied.
+
 `check_request` makes the checks a schema cannot (end after start, the maximum range, the
 input table exists) without Spark; `gate_input` validates the range's input rows with Great
 Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
@@ -32,6 +42,7 @@ import pendulum
 from airflow.sdk import Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
+from dataflow_core.airflow.approval import PlanApproval
 from dataflow_core.airflow.requests import backfill_param_schemas
 
 SLOT_RETRY_S = 15  # a day waiting for "days at once" is rescheduled, not left holding a worker
@@ -116,11 +127,15 @@ def dataflow_backfill() -> None:
             logging.getLogger("dataflow").info(f"{busy}: trying again in {SLOT_RETRY_S} s")
             raise AirflowRescheduleException(pendulum.now("UTC").add(seconds=SLOT_RETRY_S)) from None
 
-    @task
+    # After the days, or after an approved plan's apply (the other path is skipped); what they
+    # returned is pulled, since a skipped task's value cannot be passed.
+    @task(trigger_rule="none_failed_min_one_success")
     @_fail_on_dataflow_error
-    def gate_output(plan: dict[str, Any], days: list[dict[str, Any]], **context: Any) -> dict[str, Any]:
-        from dataflow_core.airflow.tasks import add_written, gate_output as run_gate
+    def gate_output(plan: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.tasks import add_written, as_list, gate_output as run_gate
 
+        ti = context["ti"]
+        days = as_list(ti.xcom_pull(task_ids="backfill_day")) + as_list(ti.xcom_pull(task_ids="apply_plan"))
         return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"], written=add_written(days))
 
     # all_done: the summary runs after a failure too, and its first line says what failed;
@@ -128,20 +143,95 @@ def dataflow_backfill() -> None:
     # not passed: a failed task returned nothing, which an argument could not express.
     @task(trigger_rule="all_done")
     def summary(**context: Any) -> dict[str, Any]:
+        import logging
+
         from dataflow_core.airflow.tasks import as_list, summarize
+
+        from dataflow_core.airflow.approval import range_label, rejected_line
 
         ti = context["ti"]
         plan = ti.xcom_pull(task_ids="check_request") or dict(context["params"])
-        result = summarize(plan, as_list(ti.xcom_pull(task_ids="backfill_day")),
-                           ti.xcom_pull(task_ids="gate_output"), input_gate=ti.xcom_pull(task_ids="gate_input"))
+        rejected = ti.xcom_pull(task_ids="reject_plan")
+        if rejected:
+            line = rejected_line(plan, rejected)
+            logging.getLogger("dataflow").info(line)
+            return {"pipeline": plan.get("pipeline"), "succeeded": True, "rejected": rejected}
+        days = as_list(ti.xcom_pull(task_ids="backfill_day"))
+        if plan.get("require_approval"):  # one run for the range: the applied plan
+            plan, days = dict(plan, days=[range_label(plan)]), as_list(ti.xcom_pull(task_ids="apply_plan"))
+        result = summarize(plan, days, ti.xcom_pull(task_ids="gate_output"),
+                           input_gate=ti.xcom_pull(task_ids="gate_input"))
         if not result["succeeded"]:
             raise AirflowFailException("the backfill failed: see the first line of this log")
         return result
 
+    @task.branch
+    def route(plan: dict[str, Any], gate: dict[str, Any]) -> str:
+        return "plan_backfill" if plan.get("require_approval") else "days_of"
+
     plan = check_request()
     gate = gate_input(plan)
-    days = backfill_day.partial(plan=plan).expand(day=days_of(plan, gate))
-    gate_output(plan, days) >> summary()
+    chosen = route(plan, gate)
+    day_list = days_of(plan, gate)
+    days = backfill_day.partial(plan=plan).expand(day=day_list)
+    planned, applied, rejected = _approval_path(plan)
+    chosen >> [day_list, planned]
+    checked_output = gate_output(plan)
+    [days, applied] >> checked_output
+    [checked_output, rejected] >> summary()
+
+
+def _approval_path(plan: Any) -> tuple[Any, Any, Any]:
+    """With "Require approval": plan_backfill -> approve_backfill -> apply_plan | reject_plan
+    (see the module docstring), inside the DAG's definition; the first task and the two last."""
+
+    @task
+    @_fail_on_dataflow_error
+    def plan_backfill(plan: dict[str, Any]) -> dict[str, Any]:
+        from dataflow_core.airflow.approval import plan_range
+
+        return _rescheduled_when_busy(lambda: plan_range(plan))
+
+    @task
+    @_fail_on_dataflow_error
+    def apply_plan(plan: dict[str, Any], planned: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.approval import DECISION_KEY, apply_approved
+
+        decision = context["ti"].xcom_pull(task_ids="approve_backfill", key=DECISION_KEY) or {}
+        return _rescheduled_when_busy(lambda: apply_approved(plan, planned["run_id"], decision))
+
+    @task
+    @_fail_on_dataflow_error
+    def reject_plan(plan: dict[str, Any], planned: dict[str, Any], **context: Any) -> dict[str, Any]:
+        from dataflow_core.airflow.approval import DECISION_KEY, reject_planned
+
+        decision = context["ti"].xcom_pull(task_ids="approve_backfill", key=DECISION_KEY) or {}
+        return reject_planned(plan, planned["run_id"], decision)
+
+    planned = plan_backfill(plan)
+    approval = PlanApproval(
+        task_id="approve_backfill", subject="Apply this backfill's corrections?", apply_task="apply_plan",
+        reject_task="reject_plan", body="{{ ti.xcom_pull(task_ids='plan_backfill')['markdown'] }}",
+    )
+    applied, rejected = apply_plan(plan, planned), reject_plan(plan, planned)
+    planned >> approval >> [applied, rejected]
+    return planned, applied, rejected
+
+
+def _rescheduled_when_busy(work):
+    """Run `work`; a pipeline held by another run reschedules the task instead of failing it."""
+    import logging
+
+    import pendulum
+    from airflow.sdk.exceptions import AirflowRescheduleException
+
+    from dataflow_core.errors import PipelineBusy
+
+    try:
+        return work()
+    except PipelineBusy as busy:
+        logging.getLogger("dataflow").info(f"{busy}: trying again in {SLOT_RETRY_S} s")
+        raise AirflowRescheduleException(pendulum.now("UTC").add(seconds=SLOT_RETRY_S)) from None
 
 
 dataflow_backfill()

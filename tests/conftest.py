@@ -39,7 +39,7 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 # free, so the long waits for processes spread over the workers from the start instead of
 # trailing on one.
 SLOW = (
-    "tests/integration/test_browser.py::",  # ~430 s: Airflow standalone, a backfill from its form
+    "tests/integration/test_browser.py::",  # ~430 s + the approval test's two runs: Airflow standalone, backfills from its form
     "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process
     "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
     "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once

@@ -97,6 +97,17 @@ def backfill_param_schemas() -> dict[str, dict[str, Any]]:
                 f"(more than 0, less than {max_parallel + 1})."
             ),
         },
+        "require_approval": {
+            "default": False,
+            "type": "boolean",
+            "title": "Require approval",
+            "description": (
+                "batch mode only: plan the corrections over the whole range and apply nothing until "
+                "someone approves them. The task approve_backfill shows what will change (Required "
+                "actions); Approve applies exactly that plan, Reject discards it. Both are recorded in "
+                "dataflow_runs with who decided. The pane explorer's plan view shows every window."
+            ),
+        },
     }
 
 
@@ -108,6 +119,7 @@ class BackfillRequest:
     replay: bool
     batch_interval: str
     days_at_once: int
+    require_approval: bool = False
 
     @property
     def days(self) -> list[str]:
@@ -116,13 +128,14 @@ class BackfillRequest:
 
     def describe(self) -> str:
         mode = f"replay (batch interval {self.batch_interval})" if self.replay else "batch"
-        return (f"backfill {self.pipeline} over [{self.start}, {self.end}): {len(self.days)} day(s), "
-                f"{mode}, {self.days_at_once} day(s) at once")
+        how = "planned for approval, then applied as one run" if self.require_approval else (
+            f"{self.days_at_once} day(s) at once")
+        return f"backfill {self.pipeline} over [{self.start}, {self.end}): {len(self.days)} day(s), {mode}, {how}"
 
     def as_dict(self) -> dict[str, Any]:
         return {"pipeline": self.pipeline, "start": self.start.isoformat(), "end": self.end.isoformat(),
                 "replay": self.replay, "batch_interval": self.batch_interval,
-                "days_at_once": self.days_at_once, "days": self.days}
+                "days_at_once": self.days_at_once, "days": self.days, "require_approval": self.require_approval}
 
 
 def _date(params: Mapping[str, Any], name: str) -> dt.date:
@@ -167,8 +180,13 @@ def check_request(params: Mapping[str, Any], warehouse: str | None = None) -> Ba
             f"pipeline {spec.name!r}: its first stage has one global window, which no event-time "
             "range owns, so it cannot be backfilled by day"
         )
+    approval = bool(params.get("require_approval"))
+    if approval and mode == "replay":
+        raise DataflowError("require_approval plans the corrections of a batch backfill; a replay writes the pane "
+                            "history a live run would have emitted and corrects nothing: choose mode batch, or "
+                            "untick Require approval")
     _check_input_table(spec.input_table, warehouse)
-    return BackfillRequest(spec.name, start, end, mode == "replay", interval, at_once)
+    return BackfillRequest(spec.name, start, end, mode == "replay", interval, at_once, approval)
 
 
 def _check_input_table(table: str, warehouse: str | None) -> None:

@@ -78,6 +78,7 @@ def results_file_mb() -> int:
 
 
 DATA_DOCS_ROUTE = "/dataflow-explorer/data-docs"  # the plugin's mount + its data-docs route (app.py)
+PLANS_ROUTE = "/dataflow-explorer/plan"  # the plugin's mount + its plan view (app.py)
 
 
 def ui_url() -> str:
@@ -86,6 +87,13 @@ def ui_url() -> str:
     if configured:
         return configured.rstrip("/")
     return f"http://localhost:{os.environ.get('AIRFLOW__API__PORT') or '8080'}"
+
+
+def plan_url(pipeline: str, run_id: str) -> str:
+    """The pane explorer's plan view of a backfill plan (`plugin/app.py`, route `plan`)."""
+    from urllib.parse import urlencode
+
+    return f"{ui_url()}{PLANS_ROUTE}?{urlencode({'pipeline': pipeline, 'run_id': run_id})}"
 
 
 def data_docs_url(page: str | None, warehouse: str | None = None) -> str | None:

@@ -14,7 +14,7 @@ from typing import Sequence
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy, first_line, is_concurrent
 
 # Subcommand modules, in the order `--help` lists them.
-SUBCOMMANDS = ("pipelines", "check", "backfill", "microbatch", "reset", "replay", "diagram", "generate", "sql")
+SUBCOMMANDS = ("pipelines", "check", "backfill", "plan", "microbatch", "reset", "replay", "diagram", "generate", "sql")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -12,8 +12,10 @@ JVM are running, and no process of that Airflow may be left. Between the two, on
 Airflow (issue 51): `dataflow_microbatch_once` runs a batch from its form while the scheduled
 micro-batch DAG stays paused; the explorer draws the watermark and no two labels' rendered
 boxes overlap; the Data Docs open from the link the gate logs, styled, with every request to
-another host refused. Screenshots (the form's refusal, the form, the grid, the mapped days,
-the summary log, the explorer, the one-off micro-batch, the watermark, the Data Docs) are kept
+another host refused; a backfill with "Require approval" shows its plan in the approval task
+and the explorer's plan view, lands as previewed once approved, and changes nothing once
+rejected. Screenshots (the form's refusal, the form, the grid, the mapped days, the summary
+log, the explorer, the one-off micro-batch, the watermark, the Data Docs, the approval) are kept
 in `$DATAFLOW_TEST_ARTIFACTS` (default `test-artifacts/browser/`).
 
 Needs Debian's `chromium` (`/usr/bin/chromium`; `.ci/run` installs it) and the `playwright`
@@ -22,6 +24,7 @@ package; Playwright never downloads a browser here.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -275,8 +278,9 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
                   if t["task_id"] == "backfill_day")
     assert days == [(0, "success", "2024-05-01")]
     assert {t["task_id"]: t["state"] for t in instances if t["task_id"] != "backfill_day"} == {
-        "check_request": "success", "gate_input": "success", "days_of": "success",
-        "gate_output": "success", "summary": "success",
+        "check_request": "success", "gate_input": "success", "route": "success", "days_of": "success",
+        "gate_output": "success", "summary": "success", "plan_backfill": "skipped", "approve_backfill": "skipped",
+        "apply_plan": "skipped", "reject_plan": "skipped",
     }
 
     # The output, read with Spark SQL from the warehouse the UI's run wrote.
@@ -298,6 +302,126 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     assert docs.is_file() and "billing_panes" in docs.read_text()
     for name in ("02-backfill-form.png", "03-finished-run-grid.png"):
         assert (ARTIFACTS / name).stat().st_size > 10_000
+
+
+def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_at_all(airflow_ui, spark):
+    """Issue 51: two backfills with "Require approval", one from the form (May 2, approved in
+    the browser), one from the API (May 1, with late rows appended, so that its plan changes
+    windows; rejected in the browser). Both wait in `approve_backfill`, whose page shows the
+    plan; after the decisions the results changed exactly as the approved plan's preview
+    said (`plan_diff`, read with Spark while it waited) and nothing else, and dataflow_runs
+    records who decided."""
+    from playwright.sync_api import sync_playwright
+
+    from dataflow_core.spark.jobs.plan_diff import plan_diff
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.tables import read_table, table_path
+
+    url, token = airflow_ui["url"], _token(airflow_ui)
+    spark.conf.set(WAREHOUSE_CONF, str(airflow_ui["warehouse"]))
+    events = read_table(spark, "video_events")
+    late = events.where("ad_id IS NOT NULL AND event_time >= '2024-05-01' AND event_time < '2024-05-01 12:00'").limit(2)
+    late.withColumn("event_id", F.concat(F.lit("late-"), "event_id")).withColumn("ingest_time", F.current_timestamp()) \
+        .write.format("delta").mode("append").save(table_path(spark, "video_events"))
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        page = _logged_in_page(browser, airflow_ui)
+        try:
+            page.goto(url + "/dags/dataflow_backfill", wait_until="networkidle")
+            page.get_by_role("button", name="Trigger").first.click()
+            form = page.get_by_role("dialog")
+            form.locator("#element_start").fill("2024-05-02")
+            form.locator("#element_end").fill("2024-05-03")
+            toggle = form.locator("input[name=element_require_approval]")  # the switch's hidden input
+            form.locator("label[data-scope=switch]:has(input[name=element_require_approval])").click()
+            assert toggle.is_checked()
+            page.screenshot(path=str(ARTIFACTS / "17-backfill-form-require-approval.png"), full_page=True)
+            form.get_by_test_id("trigger-dag-submit").click()
+            page.wait_for_url("**/dags/dataflow_backfill/runs/**", timeout=30000)
+            approved = urllib.request.unquote(page.url.rsplit("/runs/", 1)[1].split("?")[0])
+            rejected = _api(airflow_ui, "POST", "/api/v2/dags/dataflow_backfill/dagRuns", {
+                "logical_date": None, "conf": {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02",
+                                               "require_approval": True}}, token=token)["dag_run_id"]
+            page.goto("about:blank")  # an open grid re-renders every few seconds: wait on a blank page
+            for run in (approved, rejected):
+                states = _wait_for(airflow_ui, token, run, lambda s: s.get("approve_backfill") == "awaiting_input")
+                assert states.get("approve_backfill") == "awaiting_input", (run, states)
+            plans = {json.loads(r["args"])["start"][:10]: r["run_id"] for r in read_table(spark, "dataflow_runs")
+                     .where("status = 'planned' AND pipeline = 'billing'").collect()}
+            previews = {day: plan_diff(spark, plans[day], "billing")[1][0] for day in ("2024-05-01", "2024-05-02")}
+            assert previews["2024-05-02"].changes and previews["2024-05-01"].changes, previews
+            before = _billing_results(spark)
+
+            # The explorer's plan view: every window of the plan, old against new.
+            page.goto(f"{url}/dataflow-explorer/plan?pipeline=billing&run_id={plans['2024-05-02']}",
+                      wait_until="networkidle")
+            assert page.locator("#plan-billing tbody tr").count() == len(previews["2024-05-02"].changes)
+            page.screenshot(path=str(ARTIFACTS / "21-explorer-plan-view.png"), full_page=True)
+            for run, option, shot in ((approved, "Approve", "18-approval-page.png"),
+                                      (rejected, "Reject", "19-rejection-page.png")):
+                page.goto(f"{url}/dags/dataflow_backfill/runs/{urllib.request.quote(run, safe='')}/tasks/"
+                          "approve_backfill/required_actions", wait_until="networkidle")
+                page.get_by_text(re.compile(r"windows change")).first.wait_for(state="visible", timeout=60000)
+                assert page.get_by_text(re.compile(r"Sum of changes per key")).count()
+                page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
+                page.get_by_role("button", name=option).first.click()
+                page.wait_for_timeout(2000)
+            final = {run: _wait_for(airflow_ui, token, run, lambda s: s.get("summary") in ("success", "failed"))
+                     for run in (approved, rejected)}
+            page.goto(f"{url}/dags/dataflow_backfill/runs/{urllib.request.quote(approved, safe='')}",
+                      wait_until="networkidle")
+            page.wait_for_timeout(2000)
+            page.screenshot(path=str(ARTIFACTS / "20-approved-run-grid.png"), full_page=True)
+        except Exception:
+            page.wait_for_timeout(3000)
+            page.screenshot(path=str(ARTIFACTS / "approval-failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+
+    assert final[approved]["apply_plan"] == "success" and final[approved]["summary"] == "success", final
+    assert final[rejected]["reject_plan"] == "success" and final[rejected]["apply_plan"] == "skipped", final
+    assert final[rejected]["summary"] == "success", final
+    after = _billing_results(spark)
+    changed = {w: (before.get(w), after.get(w)) for w in before.keys() | after.keys() if before.get(w) != after.get(w)}
+    shown = {(c.key, c.window_start, c.window_end): (c.old, c.new) for c in previews["2024-05-02"].changes
+             if c.old != c.new}
+    assert changed == shown, "the approved plan landed as previewed, the rejected one not at all"
+    decisions = {r["run_id"]: (r["status"], r["decided_by"]) for r in read_table(spark, "dataflow_runs")
+                 .where("status IN ('applied', 'rejected')").collect()}
+    assert decisions[plans["2024-05-02"]] == ("applied", "admin") and decisions[plans["2024-05-01"]] == (
+        "rejected", "admin"), decisions
+    texts = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_backfill",
+                                                     urllib.request.quote(rejected, safe=""), "summary")]
+    assert any(t.startswith("REJECTED: plan ") and "no table of the pipeline was changed" in t for t in texts), texts
+
+
+def _wait_for(ui, token: str, run: str, done) -> dict[str, str]:
+    """The run's task states once `done(states)` holds, a task failed, or the time is up."""
+    quoted = urllib.request.quote(run, safe="")
+    deadline = time.monotonic() + RUN_TIMEOUT_S
+    while True:
+        states = {t["task_id"]: t["state"] for t in _api(
+            ui, "GET", f"/api/v2/dags/dataflow_backfill/dagRuns/{quoted}/taskInstances", token=token)["task_instances"]
+            if t["map_index"] == -1}
+        if done(states) or "failed" in states.values() or time.monotonic() > deadline:
+            return states
+        time.sleep(5)
+
+
+def _billing_results(spark) -> dict[tuple, int]:
+    from dataflow_core.spark.platform.tables import read_table, table_exists
+
+    if not table_exists(spark, "billing"):  # this test alone: no backfill before it
+        return {}
+
+    def ms(t):
+        return int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000)
+
+    return {((r["ad_id"],), ms(r["window_start"]), ms(r["window_end"])): r["value"]
+            for r in read_table(spark, "billing").collect()}
 
 
 def _log_events(ui, token: str, dag_id: str, run: str, task_id: str, map_index: int = -1) -> list[dict]:

@@ -153,6 +153,8 @@ def test_a_request_a_schema_cannot_refuse_fails_the_first_task(dag_runs):
         ({"start": "2024-05-01", "end": "2024-05-09"}, {"DATAFLOW_BACKFILL_MAX_DAYS": "3"},
          "range [2024-05-01, 2024-05-09) is 8 days, more than the maximum of 3"),
         ({}, {}, "input table 'video_events' not found in warehouse"),
+        ({"mode": "replay", "require_approval": True}, {},
+         "require_approval plans the corrections of a batch backfill; a replay writes the pane history"),
     ],
 )
 def test_backfill_requests_a_schema_cannot_refuse_are_refused(monkeypatch, tmp_path, conf, env, reason):
@@ -243,7 +245,8 @@ def test_maintenance_dag_optimizes_and_vacuums(dag_runs, sample_wh):
 def test_schedules_and_shapes(dagbag):
     dags = dagbag["shapes"]
     assert dags["dataflow_backfill"]["tasks"] == [
-        "backfill_day", "check_request", "days_of", "gate_input", "gate_output", "summary"]
+        "apply_plan", "approve_backfill", "backfill_day", "check_request", "days_of", "gate_input", "gate_output",
+        "plan_backfill", "reject_plan", "route", "summary"]
     for name in ("billing", "ad_sessions"):
         micro = dags[f"dataflow_microbatch__{name}"]
         assert micro["paused"] and micro["max_active_runs"] == 1 and not micro["catchup"]

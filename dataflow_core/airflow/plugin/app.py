@@ -97,6 +97,79 @@ async def data_docs(request: Request, path: str) -> Response:
     return FileResponse(file)
 
 
+@app.get("/plan", response_class=HTMLResponse)
+async def plan_page(request: Request, pipeline: str | None = None, run_id: str = "") -> Response:
+    """The plan view: a pipeline's backfill plans, and one plan's windows, old against new."""
+    problem = await _login_problem(request)
+    if problem:
+        return HTMLResponse(_document("Backfill plans", f'<p class="error" id="error">Log in to Airflow first '
+                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
+                            status_code=401)
+    import starlette.concurrency
+
+    body = await starlette.concurrency.run_in_threadpool(render_plan_page, pipeline, run_id, _warehouse())
+    return HTMLResponse(body)
+
+
+def render_plan_page(pipeline: str | None, run_id: str, warehouse: str | None) -> str:
+    from dataflow_core.airflow.plugin.explorer import pipelines
+    from dataflow_core.airflow.plugin.plan_view import plan_stages, plans_of
+
+    specs = pipelines()
+    pipeline = pipeline if pipeline in specs else next(iter(specs), None)
+    if pipeline is None:
+        return _document("Backfill plans", '<p class="error" id="error">No pipelines are registered.</p>')
+    plans = plans_of(pipeline, warehouse)
+    links = "".join(
+        f'<li><a href="?{html.escape(urlencode({"pipeline": pipeline, "run_id": p["run_id"]}))}">'
+        f'{html.escape(p["run_id"])}</a> [{html.escape(p["start"][:10])}, {html.escape(p["end"][:10])}) '
+        f'<span class="status-{p["status"]}">{p["status"]}</span></li>' for p in plans)
+    names = "".join(f'<option{" selected" if n == pipeline else ""}>{html.escape(n)}</option>' for n in specs)
+    parts = [f'<form method="get" action=""><label>Pipeline <select name="pipeline" onchange="this.form.submit()">'
+             f'{names}</select></label></form>',
+             f'<ul id="plans">{links}</ul>' if plans else '<p id="no-plans">No backfill was planned for approval '
+             '(dataflow backfill ... --plan-only, or "Require approval" on the backfill form).</p>']
+    chosen = next((p for p in plans if p["run_id"] == run_id), None)
+    if run_id and chosen is None:
+        parts.append(f'<p class="error" id="error">No plan {html.escape(run_id)} of pipeline '
+                     f'{html.escape(pipeline)}.</p>')
+    elif chosen is not None:
+        parts.append(_plan_section(chosen, plan_stages(specs[pipeline], run_id, warehouse)))
+    return _document("Backfill plans", "\n".join(parts))
+
+
+def _plan_section(plan: dict[str, Any], stages: list[Any]) -> str:
+    """One plan: its status, then per stage each window's old and new value side by side."""
+    from dataflow_core.diagram.plan_table import key_rows, stage_rows
+
+    head = (f'<h2 id="plan-head">Plan {html.escape(plan["run_id"])} <small>[{html.escape(plan["start"])}, '
+            f'{html.escape(plan["end"])})</small> <span class="status-{plan["status"]}">{plan["status"]}</span></h2>')
+    if plan["status"] != "planned":
+        return head + (f'<p id="decided">{plan["status"]} by {html.escape(str(plan["decided_by"] or "?"))} at '
+                       f'{_cell(plan["decided_at"])}{": " + html.escape(plan["reason"]) if plan["reason"] else ""}; '
+                       "its plan is no longer stored (the tables and dataflow_runs hold what happened).</p>")
+    out = [head]
+    for diff in stages:
+        columns, rows = stage_rows(diff)
+        top = max([abs(v) for c in diff.changes for v in (c.old, c.new) if isinstance(v, (int, float))] or [1]) or 1
+        table = [dict(zip(columns, row), bars=_bars(c.old, c.new, top)) for c, row in zip(diff.changes, rows)]
+        out.append(f'<h3>{html.escape(diff.stage)}: {len(diff.changes):,} window(s) change</h3>')
+        out.append(_table(f"plan-{diff.stage}", table, raw={"bars"}))
+        columns, rows = key_rows(diff)
+        if rows:
+            out.append(f'<h4>Sum of changes per key</h4>{_table(f"plan-keys-{diff.stage}", [dict(zip(columns, r)) for r in rows])}')
+    return "\n".join(out)
+
+
+def _bars(old: Any, new: Any, top: float) -> str:
+    """Old (grey) against new (blue), as bars scaled to the stage's largest value."""
+    def bar(value: Any, kind: str) -> str:
+        width = abs(value) / top * 160 if isinstance(value, (int, float)) else 0
+        return f'<span class="bar {kind}" style="width:{width:.0f}px"></span>'
+
+    return f'<span class="bars">{bar(old, "old")}{bar(new, "new")}</span>'
+
+
 @app.get("/", response_class=HTMLResponse)
 async def page(request: Request, pipeline: str | None = None, stage: str | None = None, key: str = "",
                event_from: str = "", event_to: str = "") -> Response:
@@ -231,14 +304,15 @@ def _cell(value: Any) -> str:
     return html.escape(str(value))
 
 
-def _table(table_id: str, rows: list[dict[str, Any]], row_class=None) -> str:
+def _table(table_id: str, rows: list[dict[str, Any]], row_class=None, raw: set[str] = frozenset()) -> str:
+    """Rows as an HTML table; the columns in `raw` hold HTML of ours, not escaped."""
     if not rows:
         return f'<table id="{table_id}"><tr><td>no rows</td></tr></table>'
     columns = list(rows[0])
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        f'<tr class="{row_class(r) if row_class else "row"}">' + "".join(f"<td>{_cell(r[c])}</td>" for c in columns)
-        + "</tr>" for r in rows)
+        f'<tr class="{row_class(r) if row_class else "row"}">'
+        + "".join(f"<td>{r[c] if c in raw else _cell(r[c])}</td>" for c in columns) + "</tr>" for r in rows)
     return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
@@ -256,7 +330,13 @@ table {{ border-collapse: collapse; font-size: 13px; margin-bottom: 16px; }}
 th, td {{ border: 1px solid #ddd; padding: 2px 6px; text-align: left; white-space: nowrap; }}
 tr.retraction td {{ color: #555; font-style: italic; }}
 .null {{ color: #999; }}
+.bars {{ display: inline-flex; flex-direction: column; gap: 1px; }}
+.bar {{ display: inline-block; height: 5px; min-width: 1px; }}
+.bar.old {{ background: #9e9e9e; }} .bar.new {{ background: #1565c0; }}
+.status-planned {{ color: #b26a00; }} .status-applied {{ color: #2e7d32; }} .status-rejected {{ color: #b00020; }}
 </style></head>
-<body><h1>Pane explorer <small class="hint"><a href="data-docs/index.html" id="data-docs-link">Data Docs</a></small></h1>
+<body><h1>{html.escape(title)} <small class="hint"><a href="./" id="explorer-link">Pane explorer</a> ·
+<a href="plan" id="plans-link">Backfill plans</a> ·
+<a href="data-docs/index.html" id="data-docs-link">Data Docs</a></small></h1>
 {body}
 </body></html>"""

@@ -20,6 +20,9 @@ until no window of the range reaches the edge of what was read).
 One writer at a time: a run holds the pipeline (`sinks.holds`) before it reads, and reads
 the version of the input its hold pinned however often it is resumed; it records itself
 finished (or failed, with its reason) and only then releases the hold.
+
+With `plan_only` a batch run stops once every stage's plan is stored, records itself
+`planned` and releases the pipeline; `jobs.plans` applies or rejects the plan later.
 """
 
 from __future__ import annotations
@@ -37,14 +40,17 @@ from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.jobs.plan_diff import store_previews
 from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
 from dataflow_core.spark.sinks.corrections_plan import forget_plans
-from dataflow_core.spark.sinks.holds import Hold, check_hold, release, take_hold
-from dataflow_core.spark.sinks.results import current_results, standing_panes
-from dataflow_core.spark.sinks.runs import Ledger, Run, RunResult, fail_run, finish_run
+from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, take_hold
+from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
+from dataflow_core.spark.sinks.runs import (
+    APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -63,42 +69,71 @@ def run_backfill(
     now: str | dt.datetime | None = None,
     fast: bool | None = None,
     progress: Progress_ | None = None,
+    plan_only: bool = False,
 ) -> RunResult:
     """Runs one backfill (see the module docstring); returns its run id and ledger.
-    PipelineBusy (before anything is read or written) while another run holds the pipeline."""
+    PipelineBusy (before anything is read or written) while another run holds the pipeline.
+    `plan_only`: store the plan of corrections, apply none (`jobs.plans`)."""
     spec = get(pipeline)
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
     interval = parse_interval(batch_interval, "--batch-interval") if replay else None
     now_ms = parse_time(now, "--now") if now is not None else None
     say = progress or (lambda _m: None)
-    args = {"start": format_instant(span.start), "end": format_instant(span.end), "replay": replay}
+    args: dict = {"start": format_instant(span.start), "end": format_instant(span.end), "replay": replay}
+    if replay and plan_only:
+        raise DataflowError("--plan-only plans the corrections of a batch backfill; a --replay writes the pane "
+                            "history a live run would have emitted, which corrects nothing: leave out one of them")
     if replay:
         args["batch_interval"] = batch_interval
     else:
         _check_first_stage(spec)
+    if plan_only:  # a plan is a run of its own: a plain backfill of the range never resumes it
+        args["plan_only"] = True
     hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
     run = hold.run
     if not run.resumed:
         say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
             f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
-            "micro-batches and other backfills wait until it finishes")
+            f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
+    return run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+
+
+def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: Hold, say: Progress_,
+             replay: bool = False, interval: int | None = None, fast: bool | None = None, plan_only: bool = False,
+             decided_by: str | None = None) -> RunResult:
+    """The run `hold` holds the pipeline for, to its end: recorded finished (or `planned`,
+    with the versions it was planned from; `applied` too, by `decided_by`, for a plan being
+    applied) or failed, and the hold released last (until then, a re-run resumes this run)."""
+    run = hold.run
     planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
     try:
         if replay:
             ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
         else:
-            ledger = _batch(spark, spec, span, hold, fast, say, planned)
+            ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
         check_hold(spark, spec, hold)
-        result = finish_run(spark, run, ledger)
+        if plan_only:
+            versions = planned_from(spec, hold)
+            store_previews(spark, spec, run, versions)
+            record_planned(spark, run, ledger, versions)
+            result = RunResult(run.run_id, ledger.as_dict(), run.now)
+        else:
+            result = finish_run(spark, run, ledger)
+            if decided_by is not None:
+                record_decision(spark, run, APPLIED, decided_by)
         crash_point("backfill-finished")
     except BaseException as exc:
         _record_failure(spark, run, exc)
         raise
-    if planned:  # a finished run is never resumed: its plans have served
+    if plan_only:
+        say(f"run {run.run_id} planned its corrections and applied none; the pipeline is released. "
+            f"See them: dataflow plan show {run.run_id}; apply: dataflow backfill --pipeline {spec.name} "
+            f"--apply {run.run_id}")
+    elif planned:  # a finished run is never resumed: its plans have served
         say(f"run {run.run_id} finished; dropping its plans of corrections")
-    for stage in planned:
+    for stage in [] if plan_only else planned:
         forget_plans(spark, stage, [run.run_id])
-    release(spark, spec, hold.record, ledger)  # last: until here, a re-run resumes this run
+    release(spark, spec, hold.record, None if plan_only else ledger)  # last: until here, a re-run resumes this run
     return result
 
 
@@ -127,13 +162,13 @@ def _check_first_stage(spec: PipelineSpec) -> None:
 
 
 def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
-           planned_stages: list[StageSpec]) -> Ledger:
+           planned_stages: list[StageSpec], plan_only: bool = False) -> Ledger:
     """Every window of the range recomputed and corrected, stage by stage, from the input as
     of the version the hold pinned. The stages that got a plan of corrections are added to
     `planned_stages`. A resumed run whose input version is gone fails with one line."""
     run, version = hold.run, hold.input_version
     try:
-        return _corrected(spark, spec, span, hold, fast, say, planned_stages, version)
+        return _corrected(spark, spec, span, hold, fast, say, planned_stages, version, plan_only)
     except Exception as exc:
         cause = gone_cause(exc) if run.resumed else None
         if cause is None:
@@ -147,8 +182,8 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
 
 
 def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
-               planned: list[StageSpec], version: int) -> Ledger:
-    """`_batch` on the input as of `version`."""
+               planned: list[StageSpec], version: int, plan_only: bool) -> Ledger:
+    """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does)."""
     from pyspark.sql import functions as F
 
     run = hold.run
@@ -161,7 +196,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            els, cached = read_range(spark, spec, span, read_span, run, ledger, say, version)
+            els, cached = read_range(spark, spec, span, read_span, run, ledger, say, version, quarantine=not plan_only)
         else:
             els = cached = range_elements(spark, spec, read_span, version)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
@@ -185,22 +220,45 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
     check_hold(spark, spec, hold)
-    if correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
-                     input_version=version):
+    outcome = correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
+                            input_version=version, plan_only=plan_only)
+    if outcome.planned:
         planned.append(first)
     finals.unpersist()
     cached.unpersist()
+    _later_stages(spark, spec, hold, ledger, fast, say, planned, plan_only, outcome.results)
+    return ledger
+
+
+def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, say, planned: list[StageSpec],
+                  plan_only: bool, fixes: "DataFrame | None") -> None:
+    """Each later stage corrected from its upstream's results. Applied, those are the
+    table, corrected by the stage before. Planned only (`fixes`: the upstream's planned
+    results rows), they are the table with the upstream's plan laid over it in memory, so
+    every stage of a plan is planned at once, exactly as its apply will chain them (the
+    stored plans are then applied in order, each against what the plan was made from);
+    planning stage by stage, each after the one before was applied, would leave nothing
+    to preview beyond the first stage."""
+    run, live = hold.run, hold.record.watermarks or None
     for up, stage in zip(spec.stages, spec.stages[1:]):
         current = current_results(spark, up)
+        if plan_only and fixes is not None:
+            current = corrected_results(current, fixes, up)
         if current is None:
             continue
         mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
         check_hold(spark, spec, hold)
-        if correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None, live_watermarks=live):
+        outcome = correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None,
+                                live_watermarks=live, plan_only=plan_only)
+        if outcome.planned:
             planned.append(stage)
         mapped.unpersist()
-    return ledger
+        if fixes is not None:
+            fixes.unpersist()
+        fixes = outcome.results
+    if fixes is not None:
+        fixes.unpersist()
 
 
 def _margins(wfn: WindowFn) -> tuple[int, int]:

@@ -21,7 +21,8 @@ watermark when micro-batches run it (the end of time otherwise).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import END_OF_TIME, Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
@@ -35,7 +36,7 @@ from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan, write_recompute
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
-from dataflow_core.spark.sinks.results import current_results, standing_panes, write_results
+from dataflow_core.spark.sinks.results import current_results, result_rows, standing_panes, write_results
 from dataflow_core.spark.sinks.runs import Ledger, Run
 from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
@@ -43,46 +44,62 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 
+@dataclass
+class StageOutcome:
+    """What `correct_stage` did for a stage: `planned`, the run has a plan of corrections
+    for it (to forget once the run finished); `results`, with `plan_only`, the stage's
+    corrected results rows (`sinks.results.result_rows`, `_delete` on a window the
+    corrections delete; persisted, for the caller to unpersist), which a later stage of a
+    plan is planned from, since the plan writes none."""
+
+    planned: bool
+    results: "DataFrame | None" = None
+
+
 def correct_stage(
     spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
     run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
-    live_watermarks: dict[str, Instant] | None, input_version: int | None = None,
-) -> bool:
+    live_watermarks: dict[str, Instant] | None, input_version: int | None = None, plan_only: bool = False,
+) -> StageOutcome:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
     `input_version` the version of the pipeline's input table they come from (first stage).
-    True when the run has a plan of corrections for the stage (to forget once it finished)."""
+    `plan_only`: store the plan and count what it would do, write nothing else."""
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     if plan is None:
-        plan = _commit_plan(spark, spec, stage, finals, elements, run, owned, watermark, live, input_version)
+        plan = _store_plan(spark, spec, stage, finals, elements, run, owned, watermark, live,
+                           None if plan_only else input_version)
     else:
-        say(f"stage {stage.output}: applying the corrections run {run.run_id} planned before it stopped")
+        say(f"stage {stage.output}: {'counting' if plan_only else 'applying'} the corrections run {run.run_id} "
+            "planned before")
     crash_point(f"{stage.output}-planned")
     kept: list["DataFrame"] = []
-    out = _corrections(stage, finals, plan, run, owned, kept)
+    out = planned_corrections(stage, plan, finals, owned, run, kept)
     counts = _counts(out)
-    if plan is None or out is None or not counts["rows"]:  # nothing changed (a range without input, say)
-        panes = retractions = corrected = 0
+    results = None
+    if counts is None:  # nothing changed (a range without input, say)
+        out, counts = None, {"panes": 0, "retractions": 0, "fixed": 0}
+    elif plan_only:
+        results = persist_uncompressed(result_rows(stage, out.where("kind = 'result'"), run.run_id, one_per_window=True))
+        results.count()
     else:
-        panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
-        _write_corrections(spark, spec, stage, out, elements, run.run_id, plan, owned, live, say)
+        _write(spark, spec, stage, out, elements, run, say, owned if plan.every_window else None, live)
     for df in kept:
         df.unpersist()
+    panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
     ledger.add_stage(stage.output, panes, retractions, corrected_windows=corrected)
-    say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, {corrected:,} windows corrected")
-    return plan is not None
+    say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, "
+        f"{corrected:,} windows corrected{' (planned, not applied)' if plan_only else ''}")
+    return StageOutcome(plan is not None, results)
 
 
-def _commit_plan(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
-    run: Run, owned: EventRange | None, watermark: Instant, live: bool, input_version: int | None,
-) -> Plan | None:
-    """Diffs the recomputed windows against the results and commits what a resumed run must
-    apply the same way: with live state the corrections themselves (they depend on the state
-    as of now), without results and with the input's version only that version, else the
-    changed windows."""
+def _store_plan(spark, spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame", run: Run,
+                owned: EventRange | None, watermark: Instant, live: bool, input_version: int | None) -> Plan | None:
+    """Diff once and commit the plan (see `sinks.corrections_plan`); the plan as stored.
+    `input_version` None stores every window of a stage without results as a change, instead
+    of the version to recompute them from (a plan to preview lists its windows)."""
     current = current_results(spark, stage)
     changed = _changed(stage, finals, current, owned)
     if live:
@@ -99,11 +116,10 @@ def _commit_plan(
     return read_plan(spark, stage, run.run_id)
 
 
-def _corrections(stage: StageSpec, finals: "DataFrame", plan: Plan | None, run: Run, owned: EventRange | None,
+def planned_corrections(stage: StageSpec, plan: Plan | None, finals: "DataFrame | None", owned: EventRange | None, run: Run,
                  kept: list["DataFrame"]) -> "DataFrame | None":
-    """The plan's corrections (`execute.corrections.OUTPUT_COLUMNS`): stored as they are, or
-    computed here from the changed windows it holds, or from every recomputed window (a plan
-    of the input's version). DataFrames cached on the way are added to `kept`."""
+    """The output rows the plan makes (`execute.corrections`), lazily; what is persisted on
+    the way is added to `kept`. `finals` is needed only for a plan to recompute from the input."""
     if plan is None:
         return None
     if plan.input_version is not None:  # every window, from the input as of that version
@@ -118,40 +134,39 @@ def _corrections(stage: StageSpec, finals: "DataFrame", plan: Plan | None, run: 
     return plan.rows
 
 
-def _counts(out: "DataFrame | None") -> Any:
-    """One action over the corrections: panes, retractions, windows whose result changed
-    (`fixed`) and rows (none: nothing to write)."""
+def _counts(out: "DataFrame | None") -> dict | None:
+    """Panes, retractions and corrected windows of the output rows (None: there are none)."""
     from pyspark.sql import functions as F
 
-    return None if out is None else out.agg(
+    if out is None:
+        return None
+    counts = out.agg(
         F.count_if((F.col("kind") == "pane") & ~F.col("is_retraction")).alias("panes"),
         F.count_if((F.col("kind") == "pane") & F.col("is_retraction")).alias("retractions"),
         F.count_if((F.col("kind") == "result") & (F.col("is_retraction") | (F.col("pane_index") > 0))).alias("fixed"),
         F.count(F.lit(1)).alias("rows"),
     ).first()
+    return counts.asDict() if counts["rows"] else None
 
 
-def _write_corrections(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame",
-    run_id: str, plan: Plan, owned: EventRange | None, live: bool, say: Callable[[str], None],
-) -> None:
-    """Pane log, results, live state and seen ids, each appended under the run's idempotent
-    key: a resumed run applies the same plan, so whatever already committed is skipped (no
-    MERGE on pane ids needed)."""
-    write_panes(spark, stage, out.where("kind = 'pane'"), run_id,
-                txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run_id}", 0))
+def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run: Run, say,
+           every: EventRange | None, live: bool) -> None:
+    """Apply the corrections: pane log, results, live state, seen ids, each under the run's key."""
+    # Appended under the run's idempotent key, as the state is: a resumed run applies the
+    # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
+    write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id,
+                txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
     crash_point(f"{stage.output}-corrected-panes")
     if stage.keeps_results:
-        write_results(spark, stage, out.where("kind = 'result'"), run_id, one_per_window=True,
-                      txn=(f"dataflow:{spec.name}:{stage.output}:{run_id}", 0))
+        write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
+                      txn=(f"dataflow:{spec.name}:{stage.output}:{run.run_id}", 0))
     crash_point(f"{stage.output}-corrected-results")
     if live:
-        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run_id}", 0))
+        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-state")
         say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
     if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
-        every = owned if plan.every_window else None
-        _mark_seen(spark, spec, stage, out, elements, run_id, every)
+        _mark_seen(spark, spec, stage, out, elements, run.run_id, every)
         crash_point(f"{stage.output}-corrected-seen")
 
 

@@ -30,12 +30,13 @@ def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: in
 
 def read_range(
     spark, spec: PipelineSpec, span: EventRange, read_span: EventRange, run: Run, ledger: Ledger, say,
-    version: int | None = None,
+    version: int | None = None, quarantine: bool = True,
 ) -> tuple["DataFrame", "DataFrame"]:
     """The elements of `read_span` (a widening of `span`; in the input as of `version`, else
     its latest), and the persisted DataFrame they are read from (to unpersist when done with
     them). The rows of `span` fill in the ledger (read, quarantined, accepted, duplicates),
-    and its bad rows are quarantined."""
+    and its bad rows are quarantined (unless `quarantine` is false: a plan writes nothing
+    but itself)."""
     from pyspark.sql import functions as F
 
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
@@ -50,6 +51,6 @@ def read_range(
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     say(f"read {ledger.read:,} rows of {spec.input_table} in the range, {ledger.quarantined:,} quarantined "
         f"(table {quarantine_table(spec)})")
-    if ledger.quarantined:
+    if ledger.quarantined and quarantine:
         write_quarantine(spark, spec, both.where(~element).select(f"{REFUSED}.*"), run.run_id)
     return both.where(element).drop(REFUSED, DELIVERIES), both

@@ -19,7 +19,13 @@ What is stored depends on what the corrections follow from:
   (`kind = 'recompute'`) with the version of the input the run reads: every window it
   computes is a change, and a resumed run computes them again from the input as of that
   version, so nothing per window needs storing (the run's own writes, which make the
-  results exist, cannot change what it plans).
+  results exist, cannot change what it plans). A plan made for approval (`--plan-only`)
+  stores the changed windows instead, so that its preview can list them.
+
+A plan made for approval also stores its preview (`kind = 'preview'`, one row per window it
+changes: `old_value`, `new_value`, `preview_panes`, `preview_retractions`; written by
+`jobs.plan_diff`), which `dataflow plan show`, the approval task and the pane explorer read;
+a plan read back for its apply leaves those rows out.
 
 The table is partitioned by `run_id`: a run reads back only its own plan, and forgetting a
 finished run's plan is a DELETE of its partition, which Delta does in its log alone (no
@@ -43,6 +49,7 @@ if TYPE_CHECKING:
 
 CHANGE = "change"
 RECOMPUTE = "recompute"
+PREVIEW = "preview"
 WATERMARK = "planned_watermark"
 EVERY_WINDOW = "planned_every_window"
 INPUT_VERSION = "planned_input_version"
@@ -73,7 +80,7 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     name = plan_table(stage)
     if not table_exists(spark, name):
         return None
-    plan = read_table(spark, name).where(F.col("run_id") == run_id).drop("run_id")
+    plan = read_table(spark, name).where((F.col("run_id") == run_id) & (F.col("kind") != PREVIEW)).drop("run_id")
     marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW, INPUT_VERSION) if c in plan.columns]
     first = plan.select(*marks).limit(1).collect()
     if not first:
@@ -121,6 +128,28 @@ def write_recompute(
     row = spark.range(1).select(*typed, F.lit(RECOMPUTE).alias("kind"), F.lit(watermark).cast("bigint").alias(WATERMARK),
                                 F.lit(True).alias(EVERY_WINDOW), F.lit(input_version).cast("bigint").alias(INPUT_VERSION))
     write_plan(spark, spec, stage, row, run_id)
+
+
+def write_preview(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rows: "DataFrame", run_id: str) -> None:
+    """Store the plan's preview rows (see the module docstring), once per run."""
+    from pyspark.sql import functions as F
+
+    name = plan_table(stage)
+    append_rows(spark, name, rows.withColumn("kind", F.lit(PREVIEW)).withColumn("run_id", F.lit(run_id)),
+                (f"dataflow:{spec.name}:{name}:{run_id}:{PREVIEW}", 0), partition_by=("run_id",))
+
+
+def read_preview(spark: "SparkSession", stage: StageSpec, run_id: str) -> "DataFrame | None":
+    """The preview rows run `run_id` stored for `stage` (None: the table has none)."""
+    from pyspark.sql import functions as F
+
+    name = plan_table(stage)
+    if not table_exists(spark, name):
+        return None
+    table = read_table(spark, name)
+    if "old_value" not in table.columns:
+        return None
+    return table.where((F.col("run_id") == run_id) & (F.col("kind") == PREVIEW))
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:

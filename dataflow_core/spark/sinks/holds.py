@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, PipelineBusy, first_line, is_concurrent
@@ -60,7 +60,7 @@ class Hold:
     @property
     def input_version(self) -> int:
         """The version of the input table the run reads (-1: the table did not exist)."""
-        return self.record.versions.get(_input_key(self.run.pipeline), -1)
+        return self.record.versions.get(input_key(self.run.pipeline), -1)
 
 
 def ensure_control_tables(spark: "SparkSession") -> None:
@@ -80,15 +80,16 @@ def pipeline_tables(spec: PipelineSpec) -> list[str]:
 
 def take_hold(
     spark: "SparkSession", spec: PipelineSpec, command: str, args: dict, now: Instant | None,
-    say: Callable[[str], None] = lambda _m: None,
+    say: Callable[[str], None] = lambda _m: None, planned: Run | None = None,
 ) -> Hold:
     """Hold the pipeline for a run of `command` with `args` at processing time `now` (None:
     the clock): resume the run whose hold stands with these arguments, or claim the pipeline
     for a new run. PipelineBusy while another run holds it. The processing time of a new
     run is never before the last live batch's: an earlier `now` is refused, a clock behind
-    it is moved up to it."""
+    it is moved up to it. `planned`: the run is that planned run (`--apply`), with its id,
+    arguments and processing time (`args` and `now` are ignored)."""
     ensure_control_tables(spark)
-    text = args_text(args)
+    text = planned.args if planned is not None else args_text(args)
     for _ in range(3):  # a finished run's hold, not yet released, is released and the log read again
         log = read_log(spark, spec)
         latest = log.records[0] if log.records else None
@@ -98,7 +99,8 @@ def take_hold(
                 continue
             return held
         last = next((r for r in log.records if r["status"] == FINISHED), None)
-        run = new_run(spec.name, command, text, _processing_time(now, last))
+        run = (replace(planned, resumed=True) if planned is not None
+               else new_run(spec.name, command, text, _processing_time(now, last)))
         rec = _hold_record(spark, spec, next_batch(log.records), last, run)
         try:
             claim(spark, spec, rec)  # PipelineBusy when another run claimed this number first
@@ -134,7 +136,7 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         run = Run(run_id, spec.name, command, text, int(note["now"]), resumed=True)
         record_started(spark, run)  # a run killed between its claim and this row
         say(f"resuming unfinished run {run_id} (processing time {format_instant(run.now)}, "
-            f"input version {rec.versions.get(_input_key(spec.name), -1)})")
+            f"input version {rec.versions.get(input_key(spec.name), -1)})")
         return Hold(rec, run)
     raise PipelineBusy(
         f"pipeline {spec.name!r} is held by {note.get('command', 'backfill')} run {run_id} ({_describe(note)}), "
@@ -174,7 +176,16 @@ def _processing_time(now: Instant | None, last: dict | None) -> Instant:
     return now
 
 
-def _input_key(pipeline: str) -> str:
+def planned_from(spec: PipelineSpec, hold: Hold) -> dict[str, int]:
+    """The versions a plan made under `hold` is made from: the input's it read and every
+    table of the pipeline a plan's corrections follow from (a plan's apply refuses it once
+    one moved). Not the plans themselves, nor the quarantine, which nothing reads back: an
+    input gate quarantining another range's rows leaves this plan as true as it was."""
+    left_out = {plan_table(stage) for stage in spec.stages} | {quarantine_table(spec)}
+    return {name: v for name, v in hold.record.versions.items() if name not in left_out}
+
+
+def input_key(pipeline: str) -> str:
     """The key of the input's version in a hold's `versions` (apart from the pipeline's own
     tables, which an input table could share a name with only by mistake)."""
     return f"input:{pipeline}"
@@ -184,7 +195,7 @@ def _hold_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: 
     """The hold's record for `batch`: the live clock, watermarks and estimator of the last
     finished batch (a hold changes none of them), the versions it pins and the run."""
     versions = {name: table_version(spark, name) for name in pipeline_tables(spec)}
-    versions[_input_key(spec.name)] = table_version(spark, spec.input_table)
+    versions[input_key(spec.name)] = table_version(spark, spec.input_table)
     holder = BACKFILL_HOLDER + run.run_id
     note = json.dumps({"command": run.command, "args": run.args, "now": run.now})
     return BatchRecord(

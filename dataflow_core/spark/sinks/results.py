@@ -100,3 +100,19 @@ def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":
         F.lit(False).alias("is_retraction"),
         F.unix_millis("updated_at").alias("emitted_at"),
     )
+
+
+def corrected_results(current: "DataFrame | None", fixes: "DataFrame", stage: StageSpec) -> "DataFrame":
+    """The results `current` as they will stand once the results rows `fixes` (`result_rows`,
+    `_delete` on a window they delete) are written: what a plan of corrections leaves, in
+    memory, for the stage downstream of it to be planned from."""
+    from pyspark.sql import functions as F
+
+    kept = fixes.where(~F.col("_delete")).drop("_delete")
+    if current is None:
+        return kept
+    wid = [*stage.key_columns, "window_start", "window_end"]
+    fixed = fixes.select(*[F.col(c).alias(f"_f_{c}") for c in wid])
+    untouched = current.join(fixed, [current[c].eqNullSafe(fixed[f"_f_{c}"]) for c in wid], "left_anti")
+    return untouched.unionByName(kept.select(*[c for c in current.columns if c in kept.columns]),
+                                 allowMissingColumns=True)

@@ -5,6 +5,12 @@ time it runs at), then a `finished` row with its ledger, or a `failed` row with 
 reason. Every row is written under an idempotent key (run id and status), so a resumed run
 records each once. Whether a run resumes is not decided here: a backfill resumes while its
 hold on the pipeline stands (`sinks.holds`), and this table is its audit trail.
+
+A backfill planned for approval (`--plan-only`) adds a `planned` row (its ledger holds the
+preview's counts, `versions` the table versions it was planned from), then one decision: an
+`applied` or a `rejected` row whose `decided_by` says who decided, `recorded_at` when, and
+`reason` why a plan was refused (stale). The approval's audit trail is this table, not a
+table of its own, so `dataflow sql` reads a plan's whole story from one place.
 """
 
 from __future__ import annotations
@@ -25,9 +31,10 @@ RUNS_TABLE = "dataflow_runs"
 WATERMARKS_TABLE = "dataflow_watermarks"
 RUNS_SCHEMA = (
     "run_id string, pipeline string, command string, args string, now timestamp, "
-    "status string, recorded_at timestamp, ledger string, reason string"
+    "status string, recorded_at timestamp, ledger string, reason string, decided_by string, versions string"
 )
 STARTED, FINISHED, FAILED = "started", "finished", "failed"
+PLANNED, APPLIED, REJECTED = "planned", "applied", "rejected"
 WATERMARKS_SCHEMA = (
     "pipeline string, stage string, run_id string, step bigint, processing_time timestamp, watermark timestamp"
 )
@@ -171,13 +178,62 @@ def run_status(spark: "SparkSession", run_id: str) -> str | None:
     return None
 
 
-def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None) -> None:
-    """One row: `started` and `finished` under the key (run, status), so a resumed run
-    writes each once; a `failed` row per failure (each attempt's reason is worth keeping)."""
+def record_planned(spark: "SparkSession", run: Run, ledger: Ledger, versions: dict[str, int]) -> None:
+    """The run planned its corrections and applied none: the preview's counts and the table
+    versions the plan was made from (an apply refuses the plan once one of them moved)."""
+    _append(spark, run, PLANNED, json.dumps(ledger.as_dict(), sort_keys=True), None,
+            versions=json.dumps(versions, sort_keys=True))
+
+
+def record_decision(spark: "SparkSession", run: Run, status: str, decided_by: str, reason: str | None = None) -> None:
+    """A plan's one decision, `applied` or `rejected`, with who made it (now is when)."""
+    _append(spark, run, status, None, reason, decided_by=decided_by)
+
+
+@dataclass(frozen=True)
+class PlanState:
+    """What `dataflow_runs` says of a planned run: `status` is `planned` until it is decided
+    (`applied`, also when its `finished` row is all an apply left, or `rejected`)."""
+
+    run: Run
+    status: str
+    ledger: dict[str, Any]
+    versions: dict[str, int]
+    decided_by: str | None = None
+    decided_at: dt.datetime | None = None
+    reason: str | None = None
+
+
+def plan_state(spark: "SparkSession", run_id: str) -> PlanState | None:
+    """The plan of run `run_id` (None when the run planned nothing for approval)."""
+    from pyspark.sql import functions as F
+
+    if not table_exists(spark, RUNS_TABLE):
+        return None
+    table = read_table(spark, RUNS_TABLE)
+    if "versions" not in table.columns:  # a table from before plans: no run of it was planned
+        return None
+    rows = {r["status"]: r for r in table.where(F.col("run_id") == run_id).collect()}
+    planned = rows.get(PLANNED)
+    if planned is None:
+        return None
+    run = Run(run_id, planned["pipeline"], planned["command"], planned["args"],
+              int(planned["now"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000))
+    decided = rows.get(APPLIED) or rows.get(REJECTED) or rows.get(FINISHED)
+    status = PLANNED if decided is None else (REJECTED if decided["status"] == REJECTED else APPLIED)
+    return PlanState(run, status, json.loads(planned["ledger"] or "{}"), json.loads(planned["versions"] or "{}"),
+                     decided["decided_by"] if decided else None, decided["recorded_at"] if decided else None,
+                     decided["reason"] if decided else None)
+
+
+def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None,
+            decided_by: str | None = None, versions: str | None = None) -> None:
+    """One row: each status under the key (run, status), so a resumed run writes each
+    once; a `failed` row per failure (each attempt's reason is worth keeping)."""
     from dataflow_core.spark.platform.delta import append_rows
 
     row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
-           dt.datetime.now(dt.timezone.utc), ledger, reason)
+           dt.datetime.now(dt.timezone.utc), ledger, reason, decided_by, versions)
     key = None if status == FAILED else (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0)
     append_rows(spark, RUNS_TABLE, spark.createDataFrame([row], RUNS_SCHEMA), key)
 

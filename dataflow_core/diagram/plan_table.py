@@ -1,0 +1,82 @@
+"""A backfill plan's diff as tables: the windows it changes (old and new value, panes,
+retractions) and the sum of the changes per key. Pure: `dataflow plan show`, the approval
+task's Markdown and the pane explorer's plan view all render these rows."""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from numbers import Number
+from typing import Any
+
+
+@dataclass(frozen=True)
+class WindowChange:
+    """One window the plan changes: `old` None when the results have no row for it, `new`
+    None when the apply deletes the row; times in ms (None: the global window)."""
+
+    key: tuple
+    window_start: int | None
+    window_end: int | None
+    old: Any
+    new: Any
+    panes: int
+    retractions: int
+
+    @property
+    def change(self) -> Any:
+        """new - old for numbers (a missing side counts 0), else None."""
+        values = [v for v in (self.old, self.new) if v is not None]
+        if not all(isinstance(v, Number) and not isinstance(v, bool) for v in values):
+            return None
+        return (self.new or 0) - (self.old or 0)
+
+
+@dataclass
+class StageDiff:
+    stage: str
+    key_columns: tuple[str, ...]
+    changes: list[WindowChange] = field(default_factory=list)
+
+    def per_key(self) -> dict[tuple, Any]:
+        """The sum of the changes per key (numeric values only)."""
+        sums: dict[tuple, Any] = {}
+        for c in self.changes:
+            if c.change is not None:
+                sums[c.key] = sums.get(c.key, 0) + c.change
+        return sums
+
+
+def window_text(start: int | None, end: int | None) -> str:
+    """A window for people: `2024-05-01 10:00-11:00`, the end's date only when it differs."""
+    if start is None or end is None:
+        return "global"
+    a, b = (dt.datetime.fromtimestamp(t / 1000, dt.timezone.utc) for t in (start, end))
+    same_day = a.date() == b.date() or (b - a <= dt.timedelta(days=1) and b.time() == dt.time(0))
+    return f"{a:%Y-%m-%d %H:%M}-{b:%H:%M}" if same_day else f"{a:%Y-%m-%d %H:%M}-{b:%Y-%m-%d %H:%M}"
+
+
+def order(key: tuple, start: int | None, end: int | None) -> tuple:
+    """Windows by key, then time (None-safe)."""
+    return tuple("" if k is None else str(k) for k in key), start or 0, end or 0
+
+
+def stage_rows(diff: StageDiff, limit: int | None = None) -> tuple[list[str], list[list[Any]]]:
+    """The stage's changed windows as a table (columns, rows), the first `limit` of them."""
+    columns = [*diff.key_columns, "window", "old", "new", "change", "panes", "retractions"]
+    rows = [[*c.key, window_text(c.window_start, c.window_end), "(none)" if c.old is None else c.old,
+             "(deleted)" if c.new is None else c.new, signed(c.change), c.panes, c.retractions]
+            for c in diff.changes[:limit]]
+    return columns, rows
+
+
+def key_rows(diff: StageDiff) -> tuple[list[str], list[list[Any]]]:
+    """The sum of the stage's changes per key, as a table."""
+    sums = sorted(diff.per_key().items(), key=lambda kv: order(kv[0], None, None))
+    return [*diff.key_columns, "sum of changes"], [[*k, signed(v)] for k, v in sums]
+
+
+def signed(value: Any) -> str:
+    if value is None:
+        return ""
+    return f"+{value:,}" if value > 0 else f"{value:,}"

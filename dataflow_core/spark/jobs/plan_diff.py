@@ -1,0 +1,117 @@
+"""What a stored plan will change, per stage: stored once when the plan is made, read by
+`dataflow plan show`, the approval task's summary and the pane explorer's plan view.
+
+The preview is made from the plan by the code its apply runs (`jobs.corrections.
+planned_corrections`), not from a description of it: each window's new value is the
+results row the apply will write (or its deletion), its panes and retractions are the
+pane-log rows it will append, and its old value is the results row as it stood at the
+version the plan was made from. So the preview is what the apply does, by construction. It
+is stored beside the plan (`corrections_plan.write_preview`) while the plan's hold still
+stands, so showing it later needs no executors and no old table version, and a reader
+without Spark (the explorer's fast reader) reads the same rows.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING
+
+from dataflow_core.diagram.plan_table import StageDiff, WindowChange, order
+from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines import PipelineSpec, StageSpec, get
+from dataflow_core.spark.jobs.corrections import planned_corrections
+from dataflow_core.spark.platform.delta import read_as_of
+from dataflow_core.spark.sinks.corrections_plan import read_plan, read_preview, write_preview
+from dataflow_core.spark.sinks.results import standing_panes
+from dataflow_core.spark.sinks.runs import PLANNED, PlanState, Run, plan_state
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+
+def store_previews(spark: "SparkSession", spec: PipelineSpec, run: Run, versions: dict[str, int]) -> None:
+    """Store the preview of each stage's plan of run `run` (made against `versions`)."""
+    for stage in spec.stages:
+        plan = read_plan(spark, stage, run.run_id)
+        if plan is None:
+            continue
+        if plan.input_version is not None:
+            raise DataflowError(f"run {run.run_id}'s plan for {stage.output} recomputes every window from the "
+                                "input; it lists no windows to preview")
+        kept: list["DataFrame"] = []
+        rows = _preview(spark, stage, planned_corrections(stage, plan, None, None, run, kept),
+                        versions.get(stage.output, -1))
+        write_preview(spark, spec, stage, rows, run.run_id)
+        for df in kept:
+            df.unpersist()
+
+
+def _preview(spark: "SparkSession", stage: StageSpec, out: "DataFrame", version: int) -> "DataFrame":
+    """Per window the corrections `out` touch: old value (results at `version`), new value
+    (null where the apply deletes the row), panes and retractions appended."""
+    from pyspark.sql import functions as F
+
+    wid = [*stage.key_columns, "window_start", "window_end"]
+    results = out.where("kind = 'result'").select(
+        *wid, F.when(~F.col("is_retraction"), F.col("value")).alias("new_value"))
+    panes = out.where("kind = 'pane'").groupBy(*wid).agg(
+        F.count_if(~F.col("is_retraction")).cast("int").alias("preview_panes"),
+        F.count_if("is_retraction").cast("int").alias("preview_retractions"))
+    rows = _outer(results, panes, wid)
+    table = read_as_of(spark, stage.output, version)
+    if table is None:
+        return rows.withColumn("old_value", F.lit(None).cast(stage.value_type))
+    old = standing_panes(table, stage).select(*wid, F.col("value").alias("old_value"))
+    return _outer(rows, old.join(rows.select(*[F.col(c).alias(f"_t_{c}") for c in wid]),
+                                 [old[c].eqNullSafe(F.col(f"_t_{c}")) for c in wid], "left_semi"), wid)
+
+
+def _outer(left: "DataFrame", right: "DataFrame", wid: list[str]) -> "DataFrame":
+    """Full outer join on the window's identity, nulls equal (a global window has none)."""
+    from pyspark.sql import functions as F
+
+    r = right.select(*[F.col(c).alias(f"_r_{c}") for c in wid], *[c for c in right.columns if c not in wid])
+    joined = left.join(r, [left[c].eqNullSafe(r[f"_r_{c}"]) for c in wid], "full_outer")
+    return joined.select(*[F.coalesce(left[c], r[f"_r_{c}"]).alias(c) for c in wid],
+                         *[c for c in left.columns if c not in wid], *[c for c in right.columns if c not in wid])
+
+
+def plan_diff(spark: "SparkSession", run_id: str, pipeline: str | None = None) -> tuple[PlanState, list[StageDiff]]:
+    """The plan's state and its stored preview per stage. One line for an unknown run, a run
+    of another pipeline, or a plan no longer stored (decided: applied or rejected)."""
+    state = plan_state(spark, run_id)
+    if state is None:
+        raise DataflowError(f"no planned backfill run {run_id!r} in dataflow_runs (make one with "
+                            "`dataflow backfill --pipeline P --start ... --end ... --plan-only`)")
+    if pipeline is not None and state.run.pipeline != pipeline:
+        raise DataflowError(f"run {run_id} is a plan of pipeline {state.run.pipeline!r}, not {pipeline!r}")
+    if state.status != PLANNED:
+        by = f" by {state.decided_by}" if state.decided_by else ""
+        raise DataflowError(f"run {run_id} was {state.status}{by}; its plan is no longer stored "
+                            "(the tables and dataflow_runs hold what happened)")
+    return state, [_stage_diff(spark, stage, run_id) for stage in get(state.run.pipeline).stages]
+
+
+def _stage_diff(spark: "SparkSession", stage: StageSpec, run_id: str) -> StageDiff:
+    diff = StageDiff(stage.output, tuple(stage.key_columns))
+    rows = read_preview(spark, stage, run_id)
+    if rows is None:
+        return diff
+    changes = [WindowChange(tuple(r[k] for k in stage.key_columns), r["window_start"], r["window_end"],
+                            r["old_value"], r["new_value"], int(r["preview_panes"] or 0),
+                            int(r["preview_retractions"] or 0)) for r in rows.collect()]
+    diff.changes = sorted(changes, key=lambda c: order(c.key, c.window_start, c.window_end))
+    return diff
+
+
+def headline(state: PlanState, diffs: list[StageDiff]) -> str:
+    """The plan in one line: its status, range and counts (windows that change, of them
+    those the results already hold, panes and retractions it will append)."""
+    args = json.loads(state.run.args)
+    ledger = state.ledger
+    changes = [c for d in diffs for c in d.changes]
+    standing = sum(1 for c in changes if c.old is not None)
+    return (f"plan {state.run.run_id} of pipeline {state.run.pipeline}: {state.status}; range {args['start']} to "
+            f"{args['end']}; {len(changes):,} windows change ({standing:,} of them standing results, "
+            f"{len(changes) - standing:,} new); {ledger.get('panes', 0):,} panes, "
+            f"{ledger.get('retractions', 0):,} retractions")

@@ -1,0 +1,138 @@
+"""A backfill's plan, previewed, then applied or rejected: `dataflow backfill --plan-only`,
+`--apply RUN_ID`, `--reject RUN_ID`.
+
+A plan (`run_backfill(plan_only=True)`) holds the pipeline while it reads and plans, exactly
+as a backfill does, stores its plans of corrections (`<stage>__corrections`) and writes
+nothing else; it is recorded `planned` in `dataflow_runs` with the versions it was planned
+from (the input's it read, every output table's), and then releases the pipeline. Keeping
+the hold until someone decides would stop the pipeline's micro-batches for as long as a plan
+waits for a human, which may be days. So a plan is checked instead: `--apply` takes the hold
+again under the plan's own run id and processing time, refuses the plan, naming the tables,
+when any of those versions moved (the input was written, a micro-batch or another backfill
+wrote an output: the plan was diffed against tables that no longer stand), and otherwise
+applies exactly the stored plan as a resumed run would. A refused plan is recorded
+`rejected`, with the reason; the range is planned again.
+
+Exactly once: an apply is a run holding the pipeline, so two at once are one writer and one
+busy; a plan already applied or rejected is not applied (the caller is told by whom and
+when), and an apply killed midway is resumed by `--apply` again, its writes idempotent.
+"""
+
+from __future__ import annotations
+
+import getpass
+from typing import TYPE_CHECKING, Callable
+
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.time import format_instant, parse_instant
+from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.spark.input.rows import EventRange
+from dataflow_core.spark.sinks.batches import holder_of, read_log
+from dataflow_core.spark.sinks.corrections_plan import forget_plans
+from dataflow_core.spark.sinks.holds import BACKFILL_HOLDER, Hold, input_key, release, take_hold
+from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, PlanState, RunResult, plan_state, record_decision
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+Say = Callable[[str], None]
+
+
+def default_decider() -> str:
+    """Who decides when nobody says: the operating-system user running the command."""
+    try:
+        return getpass.getuser()
+    except Exception:  # noqa: BLE001 - no user name in this environment
+        return "unknown"
+
+
+def planned_run(spark: "SparkSession", pipeline: str, run_id: str) -> PlanState:
+    """The plan `run_id` of `pipeline` as recorded; one line when there is none."""
+    state = plan_state(spark, run_id)
+    if state is None:
+        raise DataflowError(f"no planned backfill run {run_id!r} in dataflow_runs (plans are made with "
+                            f"`dataflow backfill --pipeline {pipeline} --start ... --end ... --plan-only`)")
+    if state.run.pipeline != pipeline:
+        raise DataflowError(f"run {run_id} is a plan of pipeline {state.run.pipeline!r}, not {pipeline!r}")
+    return state
+
+
+def decided(state: PlanState) -> str:
+    """One line on a plan already decided."""
+    who = state.decided_by or "an earlier --apply"
+    when = f" at {state.decided_at:%Y-%m-%d %H:%M:%S} UTC" if state.decided_at else ""
+    why = f" ({state.reason})" if state.reason else ""
+    return f"run {state.run.run_id} was already {state.status} by {who}{when}{why}; nothing changed"
+
+
+def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: str | None = None,
+               say: Say = lambda _m: None, fast: bool | None = None) -> RunResult | PlanState:
+    """Apply the stored plan `run_id` once (see the module docstring): its result, or the
+    plan's state when it was already decided. DataflowError, recorded, for a stale plan."""
+    from dataflow_core.spark.jobs.backfill import run_held
+
+    spec = get(pipeline)
+    who = decided_by or default_decider()
+    state = planned_run(spark, pipeline, run_id)
+    if state.status != PLANNED:
+        return state
+    hold = take_hold(spark, spec, "backfill", {}, None, say, planned=state.run)
+    again = plan_state(spark, run_id)  # decided while this run waited for the hold
+    if again is not None and again.status != PLANNED:
+        release(spark, spec, hold.record, None)
+        return again
+    stale = staleness(spec, state.versions, hold)
+    if stale:
+        release(spark, spec, hold.record, None)
+        reason = f"stale: {stale} since it was planned"
+        record_decision(spark, state.run, REJECTED, who, reason)
+        _forget(spark, spec, run_id)
+        raise DataflowError(f"plan {run_id} of {spec.name!r} refused, nothing applied: {stale} since it was "
+                            "planned; plan the range again")
+    say(f"run {run_id} holds pipeline {spec.name}; applying its plan (planned at processing time "
+        f"{format_instant(state.run.now)})")
+    return run_held(spark, spec, _span_of(state), hold, say, fast=fast, decided_by=who)
+
+
+def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: str | None = None,
+                say: Say = lambda _m: None) -> PlanState | None:
+    """Discard the stored plan `run_id`: recorded `rejected` by `decided_by`, its plans
+    dropped, no output table touched. The plan's state when it was already decided (None
+    when this call rejected it); refused while an apply of it holds the pipeline."""
+    spec = get(pipeline)
+    state = planned_run(spark, pipeline, run_id)
+    if state.status != PLANNED:
+        return state
+    latest = (read_log(spark, spec).records or [None])[0]
+    if latest and latest["status"] == "started" and holder_of(latest) == BACKFILL_HOLDER + run_id:
+        raise DataflowError(f"run {run_id} holds pipeline {spec.name!r}: it is being applied (or planned) now; "
+                            "nothing rejected")
+    record_decision(spark, state.run, REJECTED, decided_by or default_decider())
+    _forget(spark, spec, run_id)
+    say(f"plan {run_id} of {spec.name} rejected; no table of the pipeline was changed")
+    return None
+
+
+def staleness(spec: PipelineSpec, planned: dict[str, int], hold: Hold) -> str:
+    """What moved since the plan (empty when nothing did), in words: the input table, or
+    which output tables, with their versions then and now."""
+    now = hold.record.versions
+    moved = []
+    for name, version in sorted(planned.items()):
+        current = now.get(name, -1)
+        if current != version:
+            what = f"input table {spec.input_table}" if name == input_key(spec.name) else f"output table {name}"
+            moved.append(f"{what} changed (version {version} -> {current})")
+    return "; ".join(moved)
+
+
+def _span_of(state: PlanState) -> EventRange:
+    import json
+
+    args = json.loads(state.run.args)
+    return EventRange(parse_instant(args["start"]), parse_instant(args["end"]))
+
+
+def _forget(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> None:
+    for stage in spec.stages:
+        forget_plans(spark, stage, [run_id])
