@@ -29,7 +29,7 @@ after another to the input table, each followed by `run_microbatch` with `--now`
 after the chunk's last event time, so the watermark moves and old windows close and are
 collected as they would live: 10 chunks for the last 3 days, and the large history's older
 part in chunks the size of the small history. The maintenance DAG's step
-(`dataflow_core.airflow.tasks.maintain`: expire seen ids, OPTIMIZE, VACUUM) runs after
+(`dataflow_core.airflow.maintenance.maintain`: expire seen ids, OPTIMIZE, VACUUM) runs after
 every 7 days of processing time and at the end. Each history is built once and cached
 under .cache/bench_microbatch/ (by its sizes); the build's time and the library it was built
 with (commit, hash of dataflow_core/ and pipelines/) are in the results. A history built by
@@ -386,7 +386,7 @@ def child(opts) -> int:
 
 def build(spark, opts) -> dict:
     """Append and process the history chunk by chunk; maintenance weekly and at the end."""
-    from dataflow_core.airflow.tasks import maintain
+    from dataflow_core.airflow.maintenance import maintain
     from dataflow_core.spark.jobs.microbatch import run_microbatch
 
     log = open(Path(opts.warehouse) / "build.log", "a", buffering=1)

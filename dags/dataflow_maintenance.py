@@ -35,7 +35,7 @@ def dataflow_maintenance() -> None:
 
         @task(task_id=f"maintain__{name}", max_active_tis_per_dag=1)
         def maintain(pipeline: str = name) -> dict[str, Any]:
-            from dataflow_core.airflow.tasks import maintain as run
+            from dataflow_core.airflow.maintenance import maintain as run
 
             return run(pipeline)
 

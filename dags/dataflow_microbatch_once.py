@@ -86,7 +86,7 @@ def dataflow_microbatch_once() -> None:
         import time
 
         from dataflow_core.airflow import settings
-        from dataflow_core.airflow.tasks import completeness
+        from dataflow_core.airflow.live_tasks import completeness
         from dataflow_core.model.time import format_instant
 
         pipeline = context["params"]["pipeline"]

@@ -14,7 +14,7 @@ def microbatch_task(pipeline: str) -> dict[str, Any]:
     without retries with its one line on a DataflowError."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-    from dataflow_core.airflow.tasks import Busy, microbatch as run_microbatch
+    from dataflow_core.airflow.live_tasks import Busy, microbatch as run_microbatch
     from dataflow_core.errors import DataflowError
 
     try:

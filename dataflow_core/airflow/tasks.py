@@ -31,7 +31,7 @@ log = logging.getLogger("dataflow")
 spark_log = logging.getLogger("dataflow.spark")
 
 
-def _say(message: str) -> None:
+def log_info(message: str) -> None:
     log.info(message)
 
 
@@ -106,7 +106,7 @@ class NoSlot(Exception):
 
 
 @contextlib.contextmanager
-def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0, wait: bool = True) -> Iterator[int]:
+def day_slot(run_key: str, slots: int, say: Say = log_info, poll_s: float = 2.0, wait: bool = True) -> Iterator[int]:
     """Hold one of `slots` slots of the run `run_key` (a per-run counting semaphore made of
     `slots` lock files), waiting for one to free up, or raising NoSlot at once when `wait` is
     False (the DAG then reschedules the task, so a waiting day does not hold a worker slot).
@@ -142,7 +142,7 @@ def day_slot(run_key: str, slots: int, say: Say = _say, poll_s: float = 2.0, wai
 # --- backfill ---------------------------------------------------------------------------
 
 
-def check_backfill(params: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
+def check_backfill(params: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     """First task: the request's checks (no Spark). Returns the plan, days included."""
     from dataflow_core.airflow.requests import check_request
 
@@ -152,7 +152,7 @@ def check_backfill(params: Mapping[str, Any], say: Say = _say) -> dict[str, Any]
     return request.as_dict()
 
 
-def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say = _say) -> dict[str, Any]:
+def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say = log_info) -> dict[str, Any]:
     """The input gate over [start, end); raises GateFailed (with the summary) when it fails."""
     from dataflow_core.quality.gates import gate_input
 
@@ -187,7 +187,7 @@ def _say_docs_link(index: str | None, say: Say) -> None:
 
 def backfill_day(
     pipeline: str, day: str, replay: bool, batch_interval: str, days_at_once: int, run_key: str,
-    say: Say = _say, wait_for_slot: bool = True,
+    say: Say = log_info, wait_for_slot: bool = True,
 ) -> dict[str, Any]:
     """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once (raises
     NoSlot when none is free and `wait_for_slot` is False)."""
@@ -226,7 +226,7 @@ def add_written(parts: Iterable[Mapping[str, Any] | None]) -> dict[str, int]:
     return total
 
 
-def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: Say = _say,
+def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: Say = log_info,
                 written: Mapping[str, int] | None = None) -> dict[str, Any]:
     """Pane and results gates of every stage for the windows the runs touched. `written`
     (panes and retractions the runs wrote, per stage output): a stage whose gate then checks
@@ -277,7 +277,7 @@ def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
 
 
 def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
-              gates: Mapping[str, Any] | None = None, say: Say = _say,
+              gates: Mapping[str, Any] | None = None, say: Say = log_info,
               input_gate: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run's status and its gates' outcomes first (`headline`), then the days' ledgers
     added up: one line per day and the totals. Runs after failures too (the DAGs give it
@@ -312,161 +312,3 @@ def as_list(pulled: Any) -> list[Any]:
     if pulled is None:
         return []
     return [p for p in pulled if p is not None] if isinstance(pulled, list) else [pulled]
-
-
-# --- micro-batches ----------------------------------------------------------------------
-
-
-class Busy(Exception):
-    """The pipeline is already running elsewhere (the task is skipped, not failed)."""
-
-
-def microbatch(pipeline: str, say: Say = _say) -> dict[str, Any]:
-    """One micro-batch of `pipeline`; raises Busy when another run holds the pipeline."""
-    try:
-        from dataflow_core.errors import PipelineBusy
-        from dataflow_core.spark.jobs.microbatch import run_microbatch
-    except ImportError as exc:
-        raise DataflowError(
-            f"micro-batches are not available in this installation ({exc}); "
-            "dataflow_core.spark.jobs.microbatch is needed"
-        ) from None
-    spark = spark_session(f"dataflow-microbatch-{pipeline}")
-    checked(spark, pipeline)
-    before = finished_batches(pipeline)
-    try:
-        result = run_microbatch(spark, pipeline, progress=lambda m: say("  " + m))
-    except PipelineBusy as exc:
-        raise Busy(str(exc)) from None
-    batches = [b for b in finished_batches(pipeline) if b not in before]
-    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
-    say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
-    if not result.ledger_ok:
-        raise DataflowError(f"micro-batch {result.run_id} of {pipeline}: the ledger does not balance: {result.ledger}")
-    # The pane log names a micro-batch's panes by the batch (`batch-N`), not by the run id.
-    run_ids = [f"batch-{b}" for b in batches]
-    say(f"batches written: {', '.join(run_ids) or 'none (nothing new)'}")
-    try:
-        timer = next_timer(pipeline)
-        say(completeness(timer, time.time() * 1000))
-    except DataflowError as exc:  # the batch is done; not knowing its next timer must not fail it
-        timer = None
-        log.warning(f"cannot tell when the results are complete: {exc}")
-    return {"run_id": result.run_id, "pane_run_ids": run_ids, "ledger": ledger,
-            "written": written_per_stage(result.ledger), "next_timer": timer}
-
-
-def next_timer(pipeline: str, warehouse: str | None = None) -> int | None:
-    """The earliest processing-time timer (ms) any key of the pipeline still has pending
-    (least `wake_timer` of the stages' `<output>__state` tables, read without Spark), or None.
-    Such a timer fires only in a batch that runs after it: until then the results of its
-    windows lack the pane it will emit."""
-    from dataflow_core.model.time import END_OF_TIME
-    from dataflow_core.pipelines import get
-    from dataflow_core.query import list_tables, query
-
-    tables = set(list_tables(warehouse))
-    found = []
-    for stage in get(pipeline).stages:
-        name = f"{stage.output}__state"
-        if name in tables:
-            least = query(f"SELECT min(wake_timer) AS t FROM {name}", warehouse).table.column(0).to_pylist()[0]
-            if least is not None and int(least) < END_OF_TIME - 1:
-                found.append(int(least))
-    return min(found) if found else None
-
-
-def completeness(timer: int | None, now_ms: float) -> str:
-    """One line saying when the live results are complete, so that an operator reading a task's
-    log knows whether a window may still change without reading the state table."""
-    from dataflow_core.model.time import format_instant
-
-    if timer is None:
-        return "no processing-time timer is pending: the results are complete for what the watermark has passed"
-    when = format_instant(timer)
-    if timer < now_ms:
-        return f"a processing-time timer was due at {when}: the next batch fires it"
-    return f"a processing-time timer is due at {when}: the results of its windows are incomplete until a batch runs after it"
-
-
-def finished_batches(pipeline: str, warehouse: str | None = None) -> list[int]:
-    """The numbers of `pipeline`'s finished micro-batches (from `dataflow_batches`, read
-    without Spark)."""
-    from dataflow_core.query import list_tables, literal, query
-
-    if "dataflow_batches" not in list_tables(warehouse):
-        return []
-    table = query("SELECT DISTINCT batch FROM dataflow_batches WHERE pipeline = "
-                  f"{literal(pipeline)} AND status = 'finished' ORDER BY batch", warehouse).table
-    return [int(b) for b in table.column(0).to_pylist()]
-
-
-# --- maintenance ------------------------------------------------------------------------
-
-
-def pipeline_tables(spark, pipeline: str) -> list[str]:
-    """The pipeline's output and state tables that exist: every stage's results and pane
-    log, and any other table named `<stage output>_*` or `<pipeline>_*` (state, quarantine)."""
-    from dataflow_core.pipelines import get
-    from dataflow_core.spark.platform.tables import list_tables
-
-    spec = get(pipeline)
-    prefixes = tuple({f"{s.output}_" for s in spec.stages} | {f"{spec.name}_"})
-    outputs = {s.output for s in spec.stages}
-    return [t for t in list_tables(spark) if t in outputs or t.startswith(prefixes)]
-
-
-def retention_hours(pipeline: str) -> int:
-    """VACUUM retention: the configured hours, raised to cover the longest allowed lateness of
-    the pipeline's stages plus a day (a late correction may need to look back that far)."""
-    from dataflow_core.airflow import settings
-    from dataflow_core.pipelines import get
-
-    lateness_ms = max(s.strategy.allowed_lateness for s in get(pipeline).stages)
-    needed = int(min(lateness_ms, 10 * 365 * 24 * 3600 * 1000) // 3_600_000) + 24
-    return max(settings.vacuum_retention_hours(), needed)
-
-
-def maintain(pipeline: str, say: Say = _say) -> dict[str, Any]:
-    """OPTIMIZE and VACUUM the pipeline's tables (and the micro-batches' `dataflow_batches`;
-    OPTIMIZE clusters the state tables by their wake-up columns and the results tables by
-    `window_end`, the latter in files of at most `settings.results_file_mb()`, so that a
-    later MERGE of recent windows rewrites a small file, not one holding all of history);
-    forget event ids past the micro-batches' duplicate-detection horizon
-    (`<pipeline>__seen_ids`)."""
-    from delta.tables import DeltaTable
-
-    from dataflow_core.airflow import settings
-    from dataflow_core.pipelines import get
-    from dataflow_core.spark.platform.delta import compact
-    from dataflow_core.spark.platform.tables import table_exists, table_path
-    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
-    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids, seen_table
-
-    spark = spark_session(f"dataflow-maintenance-{pipeline}")
-    hours = retention_hours(pipeline)
-    if hours < 168:
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    spec = get(pipeline)
-    results = {s.output for s in spec.stages}
-    results_file_bytes = settings.results_file_mb() * 2**20
-    # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
-    shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []
-    tables = pipeline_tables(spark, pipeline)
-    if not tables:
-        say(f"pipeline {pipeline}: no output or state tables yet")
-    for table in tables + shared:
-        entry: dict[str, Any] = {}
-        if table == seen_table(spec):
-            expired = expire_seen_ids(spark, spec)
-            entry["expired_rows_deleted"] = expired
-            say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-        cap = results_file_bytes if table in results else None
-        entry["files_removed"], entry["files_added"] = compact(spark, table, cap)
-        DeltaTable.forPath(spark, table_path(spark, table)).vacuum(hours)
-        capped = f" of at most {cap // 2**20} MiB" if cap else ""
-        say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}{capped}; "
-            f"VACUUM kept {hours} h of time travel")
-        done["tables"][table] = entry
-    return done

@@ -121,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
 def _say_completeness(args, say, now: int) -> None:
     """After one run: when its results are complete (a processing-time timer it left pending
     fires only in a later batch, which nothing runs for a single `dataflow microbatch`)."""
-    from dataflow_core.airflow.tasks import completeness, next_timer
+    from dataflow_core.airflow.live_tasks import completeness, next_timer
     from dataflow_core.errors import DataflowError
 
     try:

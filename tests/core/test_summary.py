@@ -42,7 +42,7 @@ def test_summary_logs_the_headline_first_and_returns_the_status():
 
 
 def test_completeness_says_when_live_results_are_complete():
-    from dataflow_core.airflow.tasks import completeness
+    from dataflow_core.airflow.live_tasks import completeness
     from dataflow_core.model.time import parse_instant
 
     timer = parse_instant("2026-11-28T17:00:00Z")

@@ -98,27 +98,11 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     pane_table = f"{st.output}_panes"
     if pane_table not in tables:
         raise DataflowError(f"table {pane_table!r} does not exist yet (has pipeline {pipeline!r} run?)")
-    lo, hi = _instant(event_from, "from"), _instant(event_to, "to")
     if index == 0:
         source, time_col = spec.input_table, "event_time"
     else:
         source, time_col = f"{spec.stages[index - 1].output}_panes", "timestamp"
-    if lo is None or hi is None:
-        span = query(f"SELECT count(*) AS n, min(window_start) AS lo, max(window_end) AS hi FROM {pane_table} "
-                     f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
-        if not span["n"]:
-            raise DataflowError(f"unknown key {key_label(key)!r}: no panes for it in {pane_table}")
-        if span["lo"] is None and source in tables:  # global windows: the elements' event times
-            span = query(f"SELECT min({time_col}) AS lo, max({time_col}) AS hi FROM {source} "
-                         f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
-        if span["lo"] is None:
-            raise DataflowError("give the event-time range (from, to): the key's windows have no bounds")
-        first = int(span["lo"].timestamp() * 1000)
-        last = int(span["hi"].timestamp() * 1000) + 1 if span["hi"] is not None else first + DEFAULT_SPAN_MS
-        lo = lo if lo is not None else first
-        hi = hi if hi is not None else min(max(last, lo + 1), lo + DEFAULT_SPAN_MS)
-    if hi <= lo:
-        raise DataflowError(f"empty event-time range: to {format_instant(hi)} is not after from {format_instant(lo)}")
+    lo, hi = _event_range(key, event_from, event_to, pane_table, source, time_col, tables, warehouse)
 
     cols = ", ".join(quote_ident(c) for c in key)
     in_range = f"(window_end IS NULL OR (window_end > {_ts(lo)} AND window_start < {_ts(hi)}))"
@@ -153,9 +137,39 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         results = query(f"SELECT * FROM {st.output} WHERE {_key_filter(key)} AND {in_range} ORDER BY window_start",
                         warehouse).table.to_pylist()
     rows = [{c: r[c] for c in PANE_LOG_COLUMNS} for r in panes.to_dict("records")]
-    # Every row read, also one the diagram cannot place (no ingest time: quarantined).
+    return KeyView(pipeline, st.output, str(key_label(key)), lo, hi, svg, rows, results, len(history.elements),
+                   _counts(history, elements))
+
+
+def _event_range(key: dict, event_from: str | None, event_to: str | None, pane_table: str, source: str,
+                 time_col: str, tables: set[str], warehouse: str | None) -> tuple[int, int]:
+    """The event-time range [lo, hi) to show: as given, else the key's windows (or, for global
+    windows, its elements' event times), at most DEFAULT_SPAN_MS long."""
+    lo, hi = _instant(event_from, "from"), _instant(event_to, "to")
+    if lo is None or hi is None:
+        span = query(f"SELECT count(*) AS n, min(window_start) AS lo, max(window_end) AS hi FROM {pane_table} "
+                     f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
+        if not span["n"]:
+            raise DataflowError(f"unknown key {key_label(key)!r}: no panes for it in {pane_table}")
+        if span["lo"] is None and source in tables:  # global windows: the elements' event times
+            span = query(f"SELECT min({time_col}) AS lo, max({time_col}) AS hi FROM {source} "
+                         f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
+        if span["lo"] is None:
+            raise DataflowError("give the event-time range (from, to): the key's windows have no bounds")
+        first = int(span["lo"].timestamp() * 1000)
+        last = int(span["hi"].timestamp() * 1000) + 1 if span["hi"] is not None else first + DEFAULT_SPAN_MS
+        lo = lo if lo is not None else first
+        hi = hi if hi is not None else min(max(last, lo + 1), lo + DEFAULT_SPAN_MS)
+    if hi <= lo:
+        raise DataflowError(f"empty event-time range: to {format_instant(hi)} is not after from {format_instant(lo)}")
+    return lo, hi
+
+
+def _counts(history: Any, elements: Any) -> dict[str, int]:
+    """The figures beside the diagram: every row read, also one the diagram cannot place (no
+    ingest time: quarantined), told apart by what became of it."""
     kinds = list(elements["element_kind"]) if "element_kind" in elements else [e.kind for e in history.elements]
-    counts = {
+    return {
         "panes": sum(not p.retraction for p in history.panes),
         "retractions": sum(p.retraction for p in history.panes),
         "elements": len(history.elements),
@@ -165,7 +179,6 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         "quarantined": kinds.count("quarantined"),
         "watermark_steps": len(history.watermarks),
     }
-    return KeyView(pipeline, st.output, str(key_label(key)), lo, hi, svg, rows, results, len(history.elements), counts)
 
 
 def _input_elements(spec: Any, source: str, tables: set[str], key: dict[str, str], lo: int, hi: int,
