@@ -28,7 +28,7 @@ from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.sinks.batches import holder_of, read_log
-from dataflow_core.spark.sinks.corrections_plan import forget_plans
+from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
 from dataflow_core.spark.sinks.holds import BACKFILL_HOLDER, Hold, input_key, release, take_hold
 from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, PlanState, RunResult, plan_state, record_decision
 
@@ -86,7 +86,7 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
         release(spark, spec, hold.record, None)
         reason = f"stale: {stale} since it was planned"
         record_decision(spark, state.run, REJECTED, who, reason)
-        _forget(spark, spec, run_id)
+        forget_run_plans(spark, spec.stages, run_id)
         raise DataflowError(f"plan {run_id} of {spec.name!r} refused, nothing applied: {stale} since it was "
                             "planned; plan the range again")
     say(f"run {run_id} holds pipeline {spec.name}; applying its plan (planned at processing time "
@@ -108,7 +108,7 @@ def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: s
         raise DataflowError(f"run {run_id} holds pipeline {spec.name!r}: it is being applied (or planned) now; "
                             "nothing rejected")
     record_decision(spark, state.run, REJECTED, decided_by or default_decider())
-    _forget(spark, spec, run_id)
+    forget_run_plans(spark, spec.stages, run_id)
     say(f"plan {run_id} of {spec.name} rejected; no table of the pipeline was changed")
     return None
 
@@ -131,8 +131,3 @@ def _span_of(state: PlanState) -> EventRange:
 
     args = json.loads(state.run.args)
     return EventRange(parse_instant(args["start"]), parse_instant(args["end"]))
-
-
-def _forget(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> None:
-    for stage in spec.stages:
-        forget_plans(spark, stage, [run_id])

@@ -36,7 +36,7 @@ working as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Iterable
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
@@ -150,6 +150,13 @@ def read_preview(spark: "SparkSession", stage: StageSpec, run_id: str) -> "DataF
     if "old_value" not in table.columns:
         return None
     return table.where((F.col("run_id") == run_id) & (F.col("kind") == PREVIEW))
+
+
+def forget_run_plans(spark: "SparkSession", stages: Iterable[StageSpec], run_id: str) -> None:
+    """Drop the run's plans of these stages: it finished (or its plan was decided), so it is
+    never resumed from them."""
+    for stage in stages:
+        forget_plans(spark, stage, [run_id])
 
 
 def forget_plans(spark: "SparkSession", stage: StageSpec, run_ids: list[str]) -> None:

@@ -33,7 +33,7 @@ from dataflow_core.spark.platform.delta import create_table, table_version
 from dataflow_core.spark.sinks.batches import (
     BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, next_batch, read_log,
 )
-from dataflow_core.spark.sinks.corrections_plan import forget_plans, plan_table
+from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
@@ -223,8 +223,7 @@ def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict)
     run_id = holder[len(BACKFILL_HOLDER):]
     if run_status(spark, run_id) != FINISHED:
         return False
-    for stage in spec.stages:  # a finished run is never resumed: its plans have served
-        forget_plans(spark, stage, [run_id])
+    forget_run_plans(spark, spec.stages, run_id)  # a finished run is never resumed: its plans have served
     release(spark, spec, _record_of(latest), None)
     return True
 
