@@ -18,16 +18,12 @@ from typing import Any, Mapping
 
 from airflow.providers.standard.operators.hitl import HITLBranchOperator
 
-from dataflow_core.airflow.tasks import LEDGER_KEYS, Say, checked, log, spark_session, written_per_stage
+from dataflow_core.airflow.tasks import Say, checked, ledger_counts, log_info, spark_session, written_per_stage
 
 APPROVE, REJECT = "Approve", "Reject"
 DECISION_KEY = "decision"
 """The XCom key under which `PlanApproval` leaves the choice, who made it and when."""
 SHOWN_WINDOWS = 20  # per stage in the approval page; `dataflow plan show` and the explorer list all
-
-
-def _say(message: str) -> None:
-    log.info(message)
 
 
 class PlanApproval(HITLBranchOperator):
@@ -51,7 +47,7 @@ class PlanApproval(HITLBranchOperator):
         return super().execute_complete(context=context, event=event)
 
 
-def plan_range(plan: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
+def plan_range(plan: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     """Plan the request's whole range (`dataflow backfill --plan-only`); log the diff and
     return the run id and the approval page's Markdown."""
     from dataflow_core.airflow.settings import plan_url
@@ -70,7 +66,7 @@ def plan_range(plan: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
     url = plan_url(pipeline, result.run_id)
     say(f"the plan in the browser: {url}")
     return {"run_id": result.run_id, "markdown": approval_markdown(state, diffs, url),
-            "ledger": {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}, "ledger_ok": result.ledger_ok}
+            "ledger": ledger_counts(result.ledger), "ledger_ok": result.ledger_ok}
 
 
 def approval_markdown(state: Any, diffs: list[Any], explorer_url: str | None = None) -> str:
@@ -104,7 +100,7 @@ def _md_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
             *["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]]
 
 
-def apply_approved(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
+def apply_approved(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     """Apply the approved plan (`--apply`), recorded as decided by the approver; the run as
     `summary` and `gate_output` read a day's. DataflowError for a stale plan (recorded)."""
     from dataflow_core.errors import DataflowError
@@ -117,13 +113,13 @@ def apply_approved(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, 
     result = apply_plan(spark, pipeline, run_id, decision.get("user"), say=lambda m: say("  " + m))
     if isinstance(result, PlanState):
         raise DataflowError(decided(result))
-    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
+    ledger = ledger_counts(result.ledger)
     say(f"run {run_id} applied: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
     return {"day": range_label(plan), "run_id": run_id, "ledger": ledger, "ledger_ok": result.ledger_ok,
             "written": written_per_stage(result.ledger)}
 
 
-def reject_planned(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, Any], say: Say = _say) -> dict[str, Any]:
+def reject_planned(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     """Discard the rejected plan (`--reject`), recorded as decided by whoever rejected it."""
     from dataflow_core.spark.jobs.plans import decided, reject_plan
 

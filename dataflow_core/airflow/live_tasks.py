@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dataflow_core.airflow.tasks import LEDGER_KEYS, Say, log_info, checked, log, spark_session, written_per_stage
+from dataflow_core.airflow.tasks import Say, checked, ledger_counts, log, log_info, spark_session, written_per_stage
 from dataflow_core.errors import DataflowError
 
 
@@ -34,7 +34,7 @@ def microbatch(pipeline: str, say: Say = log_info) -> dict[str, Any]:
     except PipelineBusy as exc:
         raise Busy(str(exc)) from None
     batches = [b for b in finished_batches(pipeline) if b not in before]
-    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
+    ledger = ledger_counts(result.ledger)
     say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
     if not result.ledger_ok:
         raise DataflowError(f"micro-batch {result.run_id} of {pipeline}: the ledger does not balance: {result.ledger}")

@@ -35,6 +35,11 @@ def log_info(message: str) -> None:
     log.info(message)
 
 
+def ledger_counts(ledger: Mapping[str, Any]) -> dict[str, int]:
+    """A run's ledger as the tasks hand it on (XCom): its counts, as integers."""
+    return {k: int(ledger.get(k, 0)) for k in LEDGER_KEYS}
+
+
 # JVM / log4j lines: "26/11/24 09:36:23 WARN MapPartitionsRDD: ..." and the JVM's own
 # "WARNING: Using incubator modules: ...".
 _JVM_LINE = re.compile(r"^(?:\d\d/\d\d/\d\d \d\d:\d\d:\d\d )?(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL)\b:?\s*(.*)$")
@@ -202,7 +207,7 @@ def backfill_day(
         started = time.monotonic()
         result = run_backfill(spark, pipeline, day, end, replay=replay, batch_interval=batch_interval,
                               progress=lambda m: say("  " + m))
-    ledger = {k: int(result.ledger.get(k, 0)) for k in LEDGER_KEYS}
+    ledger = ledger_counts(result.ledger)
     say(f"run {result.run_id}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items())
         + f"; ledger {'balances' if result.ledger_ok else 'DOES NOT balance'} "
         + f"({time.monotonic() - started:.0f} s)")
