@@ -501,6 +501,9 @@ def _logged_in_page(browser, ui, **kwargs):
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", ui["password"])
     page.get_by_role("button", name="Sign In").click()
+    # The sign-in redirects (auth, then the UI's own route); a goto issued before the last
+    # redirect lands is aborted by it (net::ERR_ABORTED), so wait until the page is the UI's.
+    page.wait_for_url(lambda address: "/login" not in address and "/auth/" not in address)
     page.wait_for_load_state("networkidle")
     return page
 
