@@ -5,6 +5,12 @@ classes. Windows, trigger state trees, pane histories and standing panes are wri
 explicit fields; accumulators as their combiner declares (`CombineFn.encode_accumulator`);
 pane values as JSON values. Cached timers are not stored (they are derived). A version
 this build does not know is refused, never guessed at.
+
+Version 2 leaves out what equals its default: a window's fields at `WindowState`'s defaults,
+and a trigger node with no data, no timer and not finished is the array of its children
+(most nodes are such). A warm micro-batch decodes and encodes every woken key's state, so
+its size is per-key work, shuffled and MERGEd too; version 1 (every field written) is still
+read.
 """
 
 from __future__ import annotations
@@ -32,7 +38,9 @@ class KeyState(Protocol):
     def restore_window(self, ws: WindowState) -> None: ...
 
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+"""Versions `decode_key_state` reads: what this build writes, and the earlier ones."""
 _DECIMAL = "$decimal"  # JSON has no exact decimals: {"$decimal": "12.50"} stands for Decimal("12.50")
 
 
@@ -72,20 +80,26 @@ def encode_key_state(ks: "KeyState") -> dict | None:
     }
 
 
+_WINDOW_DEFAULTS = {"pending": 0, "ts_min": None, "ts_max": None, "next_index": 0, "next_on_time_index": 0,
+                    "standing": None, "absorbed": [], "ended": False}
+"""A version 2 window's fields that are left out at these values (`WindowState`'s defaults)."""
+
+
 def decode_key_state(ks: "KeyState", data: dict | None) -> "KeyState":
     if data is None:
         return ks
     version = data.get("version") if isinstance(data, dict) else None
-    if version != STATE_VERSION:
+    if version not in READABLE_VERSIONS:
         raise UnknownStateVersion(
             f"live state of key {ks.key!r} has format version {version!r}; this build reads version "
-            f"{STATE_VERSION} only (state written by another version of dataflow_core: run that version, "
-            "or reset the pipeline's live state)"
+            f"{' or '.join(map(str, READABLE_VERSIONS))} only (state written by another version of dataflow_core: "
+            "run that version, or reset the pipeline's live state)"
         )
     combiner = ks.strategy.combiner
     ks.dropped_pairs = int(data["dropped"])
     ks.dropped_elements = int(data["dropped_elements"])
-    for w in data["windows"]:
+    for stored in data["windows"]:
+        w = stored if version == 1 else {**_WINDOW_DEFAULTS, **stored}
         window = window_of(w["start"], w["end"])
         ws = WindowState(
             window=window,
@@ -107,38 +121,42 @@ def decode_key_state(ks: "KeyState", data: dict | None) -> "KeyState":
 
 def _window(ws: "WindowState", combiner: Any) -> dict:
     start, end = window_bounds(ws.window)
-    return {
-        "start": start,
-        "end": end,
-        "trigger": _trigger(ws.trigger),
-        "acc": combiner.encode_accumulator(ws.acc),
-        "on_time": ws.on_time.value,
-        "pending": ws.pending,
-        "ts_min": ws.ts_min,
-        "ts_max": ws.ts_max,
-        "next_index": ws.next_index,
-        "next_on_time_index": ws.next_on_time_index,
-        "standing": None if ws.standing is None else pane_to_row(ws.standing),
-        "absorbed": [pane_to_row(p) for p in ws.absorbed],
-        "ended": ws.ended,
-    }
+    out = {"start": start, "end": end, "trigger": _trigger(ws.trigger), "acc": combiner.encode_accumulator(ws.acc),
+           "on_time": ws.on_time.value}
+    fields = {"pending": ws.pending, "ts_min": ws.ts_min, "ts_max": ws.ts_max, "next_index": ws.next_index,
+              "next_on_time_index": ws.next_on_time_index,
+              "standing": None if ws.standing is None else pane_to_row(ws.standing),
+              "absorbed": [pane_to_row(p) for p in ws.absorbed], "ended": ws.ended}
+    out.update((k, v) for k, v in fields.items() if v != _WINDOW_DEFAULTS[k] or type(v) is not type(_WINDOW_DEFAULTS[k]))
+    return out
 
 
-def _trigger(t: TriggerState) -> dict:
-    return {
-        "finished": t.finished,
-        "data": t.data,
-        "processing_timer": t.processing_timer,
-        "event_timer": t.event_timer,
-        "children": [_trigger(c) for c in t.children],
-    }
+def _trigger(t: TriggerState) -> dict | list:
+    """A trigger node (version 2): the array of its children's nodes when it has no data, no
+    timer and is not finished; else an object of its fields that are not at their default."""
+    children = [_trigger(c) for c in t.children]
+    if not (t.finished or t.data or t.processing_timer is not None or t.event_timer is not None):
+        return children
+    node: dict = {"finished": t.finished} if t.finished else {}
+    if t.data:
+        node["data"] = t.data
+    if t.processing_timer is not None:
+        node["processing_timer"] = t.processing_timer
+    if t.event_timer is not None:
+        node["event_timer"] = t.event_timer
+    if children:
+        node["children"] = children
+    return node
 
 
-def _trigger_from(d: dict) -> TriggerState:
+def _trigger_from(d: dict | list) -> TriggerState:
+    """A trigger node of either version (version 1 writes every node as a full object)."""
+    if isinstance(d, list):
+        return TriggerState(children=[_trigger_from(c) for c in d])
     return TriggerState(
-        finished=d["finished"],
-        data=dict(d["data"]),
-        processing_timer=d["processing_timer"],
-        event_timer=d["event_timer"],
-        children=[_trigger_from(c) for c in d["children"]],
+        finished=d.get("finished", False),
+        data=dict(d.get("data", {})),
+        processing_timer=d.get("processing_timer"),
+        event_timer=d.get("event_timer"),
+        children=[_trigger_from(c) for c in d.get("children", ())],
     )

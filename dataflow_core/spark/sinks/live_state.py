@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
-from dataflow_core.model.state_codec import STATE_VERSION
+from dataflow_core.model.state_codec import READABLE_VERSIONS, STATE_VERSION
 from dataflow_core.model.time import END_OF_TIME, Instant, is_due
 from dataflow_core.pipelines import StageSpec
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
@@ -47,11 +47,11 @@ def read_states(spark: "SparkSession", stage: StageSpec, version: int) -> "DataF
     checked = (snapshot_identity(spark, table_path(spark, name))[0], version)
     if checked in _readable:
         return states
-    unknown = states.where(F.col("state_version") != F.lit(STATE_VERSION)).select("state_version").limit(1).collect()
+    unknown = states.where(~F.col("state_version").isin(*READABLE_VERSIONS)).select("state_version").limit(1).collect()
     if unknown:
         raise DataflowError(
             f"table {name} holds live state of format version {unknown[0]['state_version']}; this build reads "
-            f"version {STATE_VERSION} only"
+            f"version {' or '.join(map(str, READABLE_VERSIONS))} only"
         )
     _readable.add(checked)
     return states
