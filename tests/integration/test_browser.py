@@ -383,6 +383,7 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
 
     assert final[approved]["apply_plan"] == "success" and final[approved]["summary"] == "success", final
     assert final[rejected]["reject_plan"] == "success" and final[rejected]["apply_plan"] == "skipped", final
+    assert final[rejected]["gate_output"] == "skipped", final  # nothing written, nothing to gate
     assert final[rejected]["summary"] == "success", final
     after = _billing_results(spark)
     changed = {w: (before.get(w), after.get(w)) for w in before.keys() | after.keys() if before.get(w) != after.get(w)}
