@@ -42,7 +42,7 @@ SLOW = (
     "tests/integration/test_browser.py::",  # ~430 s + the approval test's two runs: Airflow standalone, backfills from its form
     "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process
     "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
-    "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
+    "tests/integration/test_microbatch_faults.py::",  # ~120 s: one run SIGKILLed, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
     "tests/integration/test_s3_microbatch.py::",  # ~150 s: set-up driver, a killed micro-batch, two at once on S3
     "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder",  # ~150 s: two drivers on S3, then a local folder
