@@ -157,17 +157,8 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     explorer: dict = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(120_000)  # a loaded 2-core CI machine answers slowly; waits, not checks
-        page.set_default_navigation_timeout(120_000)
+        page = _logged_in_page(browser, airflow_ui)
         try:
-            # Log in as the README says: user admin, the generated password.
-            page.goto(url + "/", wait_until="networkidle")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", airflow_ui["password"])
-            page.get_by_role("button", name="Sign In").click()
-            page.wait_for_load_state("networkidle")
-
             # The DAG may still be on its way from the dag-processor to the UI.
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
@@ -496,12 +487,15 @@ def _token(ui) -> str:
 def _logged_in_page(browser, ui, **kwargs):
     """A page logged in to Airflow as the README says (user admin, the generated password)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, **kwargs)
-    page.set_default_timeout(120_000)
+    page.set_default_timeout(120_000)  # a loaded 2-core CI machine answers slowly; waits, not checks
     page.set_default_navigation_timeout(120_000)
     page.goto(ui["url"] + "/", wait_until="networkidle")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", ui["password"])
     page.get_by_role("button", name="Sign In").click()
+    # Signed in once the page has left the login page: a navigation before that (a loaded
+    # machine's token answer comes late) lands on the login page again.
+    page.wait_for_url(lambda address: "/auth/" not in address)
     page.wait_for_load_state("networkidle")
     return page
 
