@@ -128,13 +128,16 @@ def dataflow_backfill() -> None:
             raise AirflowRescheduleException(pendulum.now("UTC").add(seconds=SLOT_RETRY_S)) from None
 
     # After the days, or after an approved plan's apply (the other path is skipped); what they
-    # returned is pulled, since a skipped task's value cannot be passed.
+    # returned is pulled, since a skipped task's value cannot be passed. The request is pulled
+    # too: as an argument it would make check_request an upstream, whose success alone would
+    # run this gate (a Spark session and its validations) after a rejected plan, which wrote nothing.
     @task(trigger_rule="none_failed_min_one_success")
     @_fail_on_dataflow_error
-    def gate_output(plan: dict[str, Any], **context: Any) -> dict[str, Any]:
+    def gate_output(**context: Any) -> dict[str, Any]:
         from dataflow_core.airflow.tasks import add_written, as_list, gate_output as run_gate
 
         ti = context["ti"]
+        plan = ti.xcom_pull(task_ids="check_request")
         days = as_list(ti.xcom_pull(task_ids="backfill_day")) + as_list(ti.xcom_pull(task_ids="apply_plan"))
         return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"], written=add_written(days))
 
@@ -176,7 +179,7 @@ def dataflow_backfill() -> None:
     days = backfill_day.partial(plan=plan).expand(day=day_list)
     planned, applied, rejected = _approval_path(plan)
     chosen >> [day_list, planned]
-    checked_output = gate_output(plan)
+    checked_output = gate_output()
     [days, applied] >> checked_output
     [checked_output, rejected] >> summary()
 

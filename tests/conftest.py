@@ -42,14 +42,27 @@ SLOW = (
     "tests/integration/test_browser.py::",  # ~430 s + the approval test's two runs: Airflow standalone, backfills from its form
     "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process
     "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
-    "tests/integration/test_microbatch_faults.py::",  # ~200 s: SIGKILL, two runs at once
+    "tests/integration/test_microbatch_faults.py::",  # ~120 s: one run SIGKILLed, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
     "tests/integration/test_s3_microbatch.py::",  # ~150 s: set-up driver, a killed micro-batch, two at once on S3
     "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder",  # ~150 s: two drivers on S3, then a local folder
     "tests/integration/test_s3_warehouse.py::",  # ~80 s: a backfill on S3 and on a folder in one driver process
+    "tests/integration/test_backfill_holds.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
     "tests/integration/test_dags.py::",  # ~60 s
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
+)
+
+
+# Tests in the worker's own process (no `slow` mark) that take 30 s or more, longest first:
+# under `make test`'s workers they go right after the SLOW ones, so the end of the run is
+# short tests on both workers, not one worker finishing a long test while the other idles.
+LONG = (
+    "tests/integration/test_backfill_holds.py::test_crash_and_change_law",  # ~75 s
+    "tests/integration/test_microbatch.py::",  # tests of 30-50 s each
+    "tests/integration/test_backfill_live.py::",
+    "tests/integration/test_backfill_plans.py::",
+    "tests/integration/test_backfill_holds.py::",
 )
 
 
@@ -87,7 +100,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark the SLOW tests. Under `make test`'s workers, order them: SLOW tests longest
-    first, then the other integration tests, then the pure ones, so that the long waits for
+    first, then the LONG ones, then the other integration tests, then the pure ones, so that the long waits for
     processes start first, one per worker, and the many short tests fill in around them."""
     rank = {item.nodeid: next((i for i, p in enumerate(SLOW) if item.nodeid.startswith(p)), None) for item in items}
     for item in items:
@@ -97,7 +110,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def part(item: pytest.Item) -> tuple[int, int]:
         if rank[item.nodeid] is not None:
             return 0, rank[item.nodeid]
-        return (1 if item.nodeid.startswith("tests/integration/") else 2), 0
+        long = next((i for i, p in enumerate(LONG) if item.nodeid.startswith(p)), None)
+        if long is not None:
+            return 1, long
+        return (2 if item.nodeid.startswith("tests/integration/") else 3), 0
 
     if os.environ.get("PYTEST_XDIST_WORKER"):  # one process runs them in the order written
         items.sort(key=part)  # stable: the order within each part is kept

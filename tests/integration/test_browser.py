@@ -157,17 +157,8 @@ def test_backfill_from_the_trigger_form_in_a_real_browser(airflow_ui, spark):
     explorer: dict = {}
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.set_default_timeout(120_000)  # a loaded 2-core CI machine answers slowly; waits, not checks
-        page.set_default_navigation_timeout(120_000)
+        page = _logged_in_page(browser, airflow_ui)
         try:
-            # Log in as the README says: user admin, the generated password.
-            page.goto(url + "/", wait_until="networkidle")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", airflow_ui["password"])
-            page.get_by_role("button", name="Sign In").click()
-            page.wait_for_load_state("networkidle")
-
             # The DAG may still be on its way from the dag-processor to the UI.
             deadline = time.monotonic() + START_TIMEOUT_S
             while True:
@@ -383,6 +374,7 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
 
     assert final[approved]["apply_plan"] == "success" and final[approved]["summary"] == "success", final
     assert final[rejected]["reject_plan"] == "success" and final[rejected]["apply_plan"] == "skipped", final
+    assert final[rejected]["gate_output"] == "skipped", final  # nothing written, nothing to gate
     assert final[rejected]["summary"] == "success", final
     after = _billing_results(spark)
     changed = {w: (before.get(w), after.get(w)) for w in before.keys() | after.keys() if before.get(w) != after.get(w)}
@@ -495,15 +487,16 @@ def _token(ui) -> str:
 def _logged_in_page(browser, ui, **kwargs):
     """A page logged in to Airflow as the README says (user admin, the generated password)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000}, **kwargs)
-    page.set_default_timeout(120_000)
+    page.set_default_timeout(120_000)  # a loaded 2-core CI machine answers slowly; waits, not checks
     page.set_default_navigation_timeout(120_000)
     page.goto(ui["url"] + "/", wait_until="networkidle")
     page.fill("input[name=username]", "admin")
     page.fill("input[name=password]", ui["password"])
     page.get_by_role("button", name="Sign In").click()
-    # The sign-in redirects (auth, then the UI's own route); a goto issued before the last
-    # redirect lands is aborted by it (net::ERR_ABORTED), so wait until the page is the UI's.
-    page.wait_for_url(lambda address: "/login" not in address and "/auth/" not in address)
+    # Signed in once the page has left the login page. A navigation before that (a loaded
+    # machine's token answer comes late) lands on the login page again, or is aborted by the
+    # sign-in's last redirect (net::ERR_ABORTED).
+    page.wait_for_url(lambda address: "/auth/" not in address)
     page.wait_for_load_state("networkidle")
     return page
 

@@ -72,11 +72,35 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 class Cluster:
-    def __init__(self, master_url: str, web_url: str, work_dir: Path, logs: Path) -> None:
+    """A master and its workers, started; `ready()` waits until every worker has registered
+    (the fixture does not, so that the sample is written while the JVMs start)."""
+
+    def __init__(self, master_url: str, web_url: str, work_dir: Path, logs: Path,
+                 processes: dict[str, subprocess.Popen]) -> None:
         self.master_url = master_url
         self.web_url = web_url
         self.work_dir = work_dir
         self.logs = logs
+        self.processes = processes
+
+    def ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            for name, process in self.processes.items():
+                if process.poll() is not None:
+                    pytest.fail(f"Spark {name} exited {process.returncode}:\n{_tail(self.logs / f'{name}.log')}")
+            try:
+                if _master_state(self.web_url).get("aliveworkers", 0) >= WORKERS:
+                    return
+            except (OSError, ValueError):
+                # The master's UI is not up yet, or is listening before its pages are: for a
+                # moment it answers `/json/` with an HTML page (a JSONDecodeError).
+                pass
+            if time.monotonic() > deadline:
+                logs = "\n".join(_tail(self.logs / f"worker{n}.log") for n in range(WORKERS))
+                pytest.fail(f"{WORKERS} workers did not register with {self.master_url} within {START_TIMEOUT_S}s:\n"
+                            f"{_tail(self.logs / 'master.log')}\n{logs}")
+            time.sleep(1)
 
 
 @pytest.fixture(scope="module")
@@ -106,25 +130,8 @@ def cluster(tmp_path_factory) -> Iterator[Cluster]:
                  "--webui-port", str(_free_port()), "--work-dir", str(work_dir), master_url],
                 env, base / f"worker{n}.log",
             ))  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            for name, process in (("master", master), *((f"worker{n}", w) for n, w in enumerate(workers))):
-                if process.poll() is not None:
-                    pytest.fail(f"Spark {name} exited {process.returncode}:\n"
-                                f"{_tail(base / f'{name}.log')}")
-            try:
-                if _master_state(web_url).get("aliveworkers", 0) >= WORKERS:
-                    break
-            except (OSError, ValueError):
-                # The master's UI is not up yet, or is listening before its pages are: for a
-                # moment it answers `/json/` with an HTML page (a JSONDecodeError).
-                pass
-            if time.monotonic() > deadline:
-                logs = "\n".join(_tail(base / f"worker{n}.log") for n in range(WORKERS))
-                pytest.fail(f"{WORKERS} workers did not register with {master_url} within {START_TIMEOUT_S}s:\n"
-                            f"{_tail(base / 'master.log')}\n{logs}")
-            time.sleep(1)
-        yield Cluster(master_url, web_url, work_dir, base)
+        yield Cluster(master_url, web_url, work_dir, base,
+                      {"master": master, **{f"worker{n}": w for n, w in enumerate(workers)}})
     finally:
         for worker in workers:
             _stop(worker)
@@ -151,7 +158,8 @@ def _job_env(tmp_path: Path) -> dict[str, str]:
 
 # --- the jobs submitted to the cluster: the demo job, then two backfills ---------------------
 
-SAMPLE_ROWS = 3000
+SAMPLE_ROWS = 1500  # about 150 rows of ads a day: hundreds of panes and retractions, and half the per-key work of 3000
+DEMO_ROWS = 500  # the demo job's own sample: on a cluster its cost is the executors' start and its steps, not rows
 RANGE = ["--start", "2024-05-01", "--end", "2024-05-03"]  # the sample's 48 hours
 NOW = "2024-05-04T00:00:00Z"  # a batch's processing time, so both modes write the same panes
 BACKFILLS = [  # billing as a batch; ad_sessions (two stages, retractions) replayed in arrival order
@@ -206,13 +214,14 @@ def on_cluster(cluster, spark, tmp_path_factory) -> ClusterJobs:
     from dataflow_core.spark.platform.session import WAREHOUSE_CONF
 
     base = tmp_path_factory.mktemp("cluster_jobs")
-    # The backfills' sample once (what `dataflow generate --rows 3000 --seed 3` writes),
+    # The backfills' sample once (what `dataflow generate --rows 1500 --seed 3` writes),
     # through the shared session; the local-mode baseline copies it too.
     spark.conf.set(WAREHOUSE_CONF, str(base / "sample"))
     write_sample(spark, SampleConfig(rows=SAMPLE_ROWS, seed=3), progress=lambda _m: None)
     shutil.copytree(base / "sample" / "video_events", base / "cluster" / "video_events")
+    cluster.ready()
     master = cluster.master_url
-    jobs = [("demo_job", ["--rows", "2000", "--seed", "11", "--master", master, "--warehouse", str(base / "demo")])]
+    jobs = [("demo_job", ["--rows", str(DEMO_ROWS), "--seed", "11", "--master", master, "--warehouse", str(base / "demo")])]
     jobs += [("dataflow", ["backfill", *args, "--master", master, "--warehouse", str(base / "cluster")])
              for args in BACKFILLS]
     log = base / "jobs.log"
@@ -247,10 +256,10 @@ def test_demo_job_runs_on_a_standalone_master(cluster, on_cluster):
     assert any(cluster.work_dir.glob("app-*/*/stderr")), "the worker launched no executor"
 
     warehouse = on_cluster.demo
-    assert DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table().num_rows == 2000
+    assert DeltaTable(str(warehouse / INPUT_TABLE)).to_pyarrow_table().num_rows == DEMO_ROWS
     counts = DeltaTable(str(warehouse / OUTPUT_TABLE)).to_pyarrow_table()
     assert counts.num_rows > 0
-    assert 0 < sum(counts.column("views").to_pylist()) <= 2000
+    assert 0 < sum(counts.column("views").to_pylist()) <= DEMO_ROWS
 
 
 def _ledgers(outputs: list[list[str]]) -> list[list[str]]:
