@@ -177,10 +177,11 @@ def _created_with(
         if cluster_by:
             # Delta ignores the clustering of a plain write to a path; CREATE TABLE AS SELECT
             # keeps it (its columns nullable, as a plain write makes them), under `txn` too.
-            columns = ", ".join(f"`{c}`" for c in cluster_by)
-            with idempotent(spark, txn):
-                spark.sql(f"CREATE TABLE delta.`{path}` USING delta CLUSTER BY ({columns}) AS SELECT * FROM {{rows}}",
-                          rows=rows)
+            # Run in the rows' own session (a stream's batch has one of its own).
+            columns, session = ", ".join(f"`{c}`" for c in cluster_by), rows.sparkSession
+            with idempotent(session, txn):
+                session.sql(f"CREATE TABLE delta.`{path}` USING delta CLUSTER BY ({columns}) AS SELECT * FROM {{rows}}",
+                            rows=rows)
         else:
             writer = rows.write.format("delta").mode("errorifexists")
             if txn is not None:
