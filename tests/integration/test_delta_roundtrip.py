@@ -123,9 +123,9 @@ def test_merge_with_duplicate_source_keys_gives_one_clear_error(spark):
 
 
 def test_merge_rows_creates_a_clustered_table_by_one_append_then_merges_under_the_key(spark):
-    """A missing clustered table: created empty with its clustering (Delta ignores the
-    clustering of a plain write to a path), the rows appended; later batches MERGE; a
-    retried batch (same idempotent key) changes nothing."""
+    """A missing clustered table: created with its clustering and its rows in one commit
+    (CREATE TABLE AS SELECT: Delta ignores the clustering of a plain write to a path); later
+    batches MERGE; a retried batch (same idempotent key) changes nothing."""
     from dataflow_core.spark.platform.delta import merge_rows
 
     rows = spark.sql("SELECT id AS k, timestamp_millis(id * 1000) AS window_end, id AS v, id % 3 = 0 AS _delete "
@@ -135,7 +135,7 @@ def test_merge_rows_creates_a_clustered_table_by_one_append_then_merges_under_th
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
     assert detail["clusteringColumns"] == ["window_end"]
     assert [h["operation"] for h in spark.sql(f"DESCRIBE HISTORY delta.`{path}`").orderBy("version").collect()] == [
-        "CREATE TABLE", "WRITE"]
+        "CREATE TABLE AS SELECT"]
     change = spark.sql("SELECT id AS k, timestamp_millis(id * 1000) AS window_end, id * 10 AS v, id = 1 AS _delete "
                        "FROM range(1, 8)")
     assert merge_rows(spark, "clustered_rows", change, ["k"], True, True, ("t", 1), cluster_by=("window_end",)) == 7

@@ -162,35 +162,37 @@ def merge_rows(
 def _created_with(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None, cluster_by: Sequence[str] = (),
 ) -> int | None:
-    """A missing table made by one plain write of what a MERGE into nothing would insert
-    (every row not marked `_delete`), so its first rows cost no join and no second pass;
-    clustered on `cluster_by` (Delta's liquid clustering) when given. Returns the rows
-    written; None when another run created the table first (the caller then merges)."""
+    """A missing table made by one write of what a MERGE into nothing would insert (every
+    row not marked `_delete`), so its first rows cost no join and no second pass; clustered
+    on `cluster_by` (Delta's liquid clustering) when given. One commit either way: a commit
+    is about half a second of Delta's own jobs, and a first backfill writes several tables.
+    Returns the rows written; None when another run created the table first (the caller
+    then merges)."""
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructField, StructType
-
-    from delta.tables import DeltaTable
 
     if "_delete" in rows.columns:
         rows = rows.where(~F.col("_delete")).drop("_delete")
     path = table_path(spark, name)
-    # Delta ignores the clustering of a plain write to a path: a clustered table is created
-    # empty (version 0), and the rows appended (version 1). Its columns are nullable, as a
-    # plain write makes them: a column declared non-nullable would be a NOT NULL constraint.
-    writer = rows.write.format("delta").mode("append" if cluster_by else "errorifexists")
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
     try:
         if cluster_by:
-            columns = StructType([StructField(f.name, f.dataType, True, f.metadata) for f in rows.schema.fields])
-            DeltaTable.create(spark).location(path).addColumns(columns).clusterBy(*cluster_by).execute()
-        writer.save(path)
+            # Delta ignores the clustering of a plain write to a path; CREATE TABLE AS SELECT
+            # keeps it (its columns nullable, as a plain write makes them), under `txn` too.
+            # Run in the rows' own session (a stream's batch has one of its own).
+            columns, session = ", ".join(f"`{c}`" for c in cluster_by), rows.sparkSession
+            with idempotent(session, txn):
+                session.sql(f"CREATE TABLE delta.`{path}` USING delta CLUSTER BY ({columns}) AS SELECT * FROM {{rows}}",
+                            rows=rows)
+        else:
+            writer = rows.write.format("delta").mode("errorifexists")
+            if txn is not None:
+                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+            writer.save(path)
     except Exception:
         if not table_exists(spark, name):
             raise
         return None
     register_table(spark, name)
-    metrics = commit_info(spark, path, 1 if cluster_by else 0).get("operationMetrics") or {}
+    metrics = commit_info(spark, path, 0).get("operationMetrics") or {}
     return int(metrics.get("numOutputRows", 0))
 
 
