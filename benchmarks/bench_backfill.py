@@ -65,7 +65,9 @@ if str(ROOT) not in sys.path:
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from lean_backfill import GOAL as LEAN_GOAL, LIMIT as LEAN_LIMIT, SHAPES, lean_job, register_lean_pipelines  # noqa: E402
+from lean_backfill import (  # noqa: E402
+    GOAL as LEAN_GOAL, LIMIT as LEAN_LIMIT, SHAPES, lean_job, register_billing_like, register_lean_pipelines,
+)
 
 
 # --- the benchmark's pipelines -------------------------------------------------------------
@@ -74,26 +76,16 @@ from lean_backfill import GOAL as LEAN_GOAL, LIMIT as LEAN_LIMIT, SHAPES, lean_j
 def register_pipelines() -> None:
     """Pipelines of billing's and ad_sessions' shapes, registered under bench_* names."""
     from dataflow_core.model.accumulation import AccumulationMode
-    from dataflow_core.model.combiners import CountFn, SumFn
+    from dataflow_core.model.combiners import CountFn
     from dataflow_core.model.strategy import WindowingStrategy
     from dataflow_core.model.time import parse_duration as d
     from dataflow_core.model.triggers import AfterCount, AfterWatermark, AlignedProcessingTime
     from dataflow_core.model.watermarks import HeuristicWatermark
-    from dataflow_core.model.windows import FixedWindows, Sessions
+    from dataflow_core.model.windows import Sessions
     from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 
-    def billing_like(name: str, window: str) -> None:
-        register(PipelineSpec(
-            name=name, input_table="video_events", key={"user_id": "user_id"},
-            value="CAST(watch_seconds AS DECIMAL(18,3))", quality_suite="video_events", partition_column="event_date",
-            watermark=lambda: HeuristicWatermark(bound=d("2m")),
-            stages=(StageSpec(name, WindowingStrategy(
-                FixedWindows(d(window)), AfterWatermark(early=AlignedProcessingTime(d("10m")), late=AfterCount(1)),
-                AccumulationMode.ACCUMULATING, d("1d"), SumFn()), ("user_id",), "decimal(28,3)"),),
-        ))  # fmt: skip
-
-    billing_like("bench_billing_by_user", "1m")
-    billing_like("bench_replay", "1h")
+    register_billing_like("bench_billing_by_user", "1m")
+    register_billing_like("bench_replay", "1h")
     register(PipelineSpec(
         name="bench_sessions", input_table="video_events", where="ad_id IS NOT NULL",
         key={"user_id": "user_id", "ad_id": "ad_id"}, value="1", quality_suite="video_events", partition_column="event_date",

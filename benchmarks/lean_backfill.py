@@ -22,8 +22,9 @@ SHAPES = {  # case -> (key column, where, what the output is per)
 GOAL, LIMIT = 1.1, 1.3
 
 
-def register_lean_pipelines() -> None:
-    """The two shapes as pipelines: billing's rules, trigger and lateness, one stage each."""
+def register_billing_like(name: str, window: str, key: str = "user_id", where: str | None = None) -> None:
+    """A pipeline of billing's shape under `name`: its rules, trigger and lateness, the sum
+    of watch seconds per `key` in fixed windows of `window`, one stage."""
     from dataflow_core.model.accumulation import AccumulationMode
     from dataflow_core.model.combiners import SumFn
     from dataflow_core.model.strategy import WindowingStrategy
@@ -33,16 +34,20 @@ def register_lean_pipelines() -> None:
     from dataflow_core.model.windows import FixedWindows
     from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 
+    register(PipelineSpec(
+        name=name, input_table="video_events", where=where, key={key: key},
+        value="CAST(watch_seconds AS DECIMAL(18,3))", quality_suite="video_events", partition_column="event_date",
+        watermark=lambda: HeuristicWatermark(bound=d("2m")),
+        stages=(StageSpec(name, WindowingStrategy(
+            FixedWindows(d(window)), AfterWatermark(early=AlignedProcessingTime(d("10m")), late=AfterCount(1)),
+            AccumulationMode.ACCUMULATING, d("1d"), SumFn()), (key,), "decimal(28,3)"),),
+    ))  # fmt: skip
+
+
+def register_lean_pipelines() -> None:
+    """The two shapes as pipelines of billing's shape, hourly."""
     for case, (key, where, _) in SHAPES.items():
-        name = f"bench_{case}"
-        register(PipelineSpec(
-            name=name, input_table="video_events", where=where, key={key: key},
-            value="CAST(watch_seconds AS DECIMAL(18,3))", quality_suite="video_events", partition_column="event_date",
-            watermark=lambda: HeuristicWatermark(bound=d("2m")),
-            stages=(StageSpec(name, WindowingStrategy(
-                FixedWindows(d("1h")), AfterWatermark(early=AlignedProcessingTime(d("10m")), late=AfterCount(1)),
-                AccumulationMode.ACCUMULATING, d("1d"), SumFn()), (key,), "decimal(28,3)"),),
-        ))  # fmt: skip
+        register_billing_like(f"bench_{case}", "1h", key, where)
 
 
 def lean_job(spark, case: str, source: str, target: str, start: str, end: str, valid: str) -> None:
