@@ -17,7 +17,7 @@ from dataflow_core.spark.platform.tables import (
 )
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 Txn = tuple[str, int]
 """Delta's idempotent-write key (application id, version)."""
@@ -56,6 +56,11 @@ def idempotent(spark: "SparkSession", txn: Txn | None) -> ContextManager[None]:
     return session_settings(spark, keys)
 
 
+def idempotent_writer(writer: "DataFrameWriter", txn: Txn | None) -> "DataFrameWriter":
+    """`writer` with Delta's idempotent-write options for `txn` (unchanged when None)."""
+    return writer if txn is None else writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+
+
 def append_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None = None, note: str | None = None,
     partition_by: Sequence[str] = (),
@@ -66,8 +71,7 @@ def append_rows(
     writer = rows.write.format("delta").mode("append").option("mergeSchema", "true")
     if partition_by and not table_exists(spark, name):
         writer = writer.partitionBy(*partition_by)
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    writer = idempotent_writer(writer, txn)
     if note is not None:
         writer = writer.option("userMetadata", note)
     writer.save(table_path(spark, name))
@@ -183,10 +187,7 @@ def _created_with(
                 session.sql(f"CREATE TABLE delta.`{path}` USING delta CLUSTER BY ({columns}) AS SELECT * FROM {{rows}}",
                             rows=rows)
         else:
-            writer = rows.write.format("delta").mode("errorifexists")
-            if txn is not None:
-                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-            writer.save(path)
+            idempotent_writer(rows.write.format("delta").mode("errorifexists"), txn).save(path)
     except Exception:
         if not table_exists(spark, name):
             raise
