@@ -33,7 +33,7 @@ from dataflow_core.spark.jobs.stage_chain import first_arrivals, run_chain
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BATCHES_TABLE, BatchRecord, append_record, claim, fence, next_batch, read_log, records,
+    ATTEMPTS, BatchRecord, append_record, claim, fence, log_version, next_batch, read_log, records,
     refuse_if_backfill_holds,
 )
 from dataflow_core.spark.sinks.holds import ensure_control_tables, release_if_finished
@@ -52,7 +52,7 @@ def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say
                  token: str) -> Done | None:
     """Before reading input: refuse while a backfill holds the pipeline, complete a tick
     batch that did not finish (returned), and make sure the input table exists."""
-    if not table_exists(spark, BATCHES_TABLE):  # a fresh warehouse: made once, however many runs race
+    if log_version(spark) < 0:  # a fresh warehouse: made once, however many runs race
         ensure_control_tables(spark)
     pending = records(spark, spec)
     if pending and release_if_finished(spark, spec, pending[0]):

@@ -8,6 +8,10 @@ same attempt exactly one commits; a later attempt supersedes an earlier one, whi
 watermarks after it and what the watermark estimator has learnt (JSON data, not a pickle).
 A `skip` row (one per batch, idempotent key `...:batches:skip`, N) is an operator's request
 that the unfinished batch N be skipped (`dataflow microbatch --skip-batch`), with the reason.
+
+The table is a few rows per batch, written and read on the driver through delta-rs
+(`platform.driver_delta`): a claim or a record is one commit of some 10-20 ms, not a Spark
+write plus Delta's jobs rebuilding the table's state. Spark reads it as any Delta table.
 """
 
 from __future__ import annotations
@@ -21,14 +25,15 @@ from typing import TYPE_CHECKING, Any
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.platform.delta import append_rows, read_as_of, table_version
-from dataflow_core.spark.platform.tables import (
-    commit_actions, read_table, snapshot_identity, table_exists, table_path,
-)
+from dataflow_core.spark.platform import driver_delta
+from dataflow_core.spark.platform.delta import create_table
+from dataflow_core.spark.platform.tables import table_path
 from dataflow_core.spark.sinks.runs import Ledger
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    import pyarrow as pa
+    from deltalake import DeltaTable
+    from pyspark.sql import SparkSession
 
 BATCHES_TABLE = "dataflow_batches"
 BATCHES_SCHEMA = (
@@ -70,14 +75,6 @@ def checkpoint_path(spark: "SparkSession", pipeline: str) -> str:
     from dataflow_core.spark.platform.session import warehouse_root
 
     return f"{warehouse_root(spark).rstrip('/')}/_dataflow_checkpoints/{pipeline}"
-
-
-def batch_rows(spark, spec: PipelineSpec) -> "DataFrame | None":
-    from pyspark.sql import functions as F
-
-    if not table_exists(spark, BATCHES_TABLE):
-        return None
-    return read_table(spark, BATCHES_TABLE).where(F.col("pipeline") == spec.name)
 
 
 @dataclass(frozen=True)
@@ -154,6 +151,33 @@ for SQL readers; `now_ms` is the batch's processing time)."""
 
 _BATCHES_COLUMNS = tuple(c.split()[0] for c in BATCHES_SCHEMA.split(", "))
 
+def _uri(spark) -> str:
+    return table_path(spark, BATCHES_TABLE)
+
+
+def _table(spark) -> "DeltaTable | None":
+    """`dataflow_batches` at its latest version (None before it is made)."""
+    return driver_delta.open_table(_uri(spark))
+
+
+def log_version(spark) -> int:
+    """`dataflow_batches`' latest version (-1 before it is made): a listing of its log."""
+    return driver_delta.identity(_table(spark))[1]
+
+
+def _pipeline_rows(table: "DeltaTable", spec: PipelineSpec, columns=LOG_COLUMNS, where=None) -> list[dict]:
+    """The pipeline's rows of the loaded table (those meeting `where` too), as dicts with
+    `columns` (`attempt` 0 where an older row has none)."""
+    import pyarrow.dataset as ds
+
+    match = ds.field("pipeline") == spec.name
+    found = driver_delta.read(table, columns, match if where is None else match & where).to_pylist()
+    for row in found:
+        if "attempt" in row and row["attempt"] is None:
+            row["attempt"] = 0
+    return found
+
+
 _read_logs: dict[tuple[str, str], tuple[tuple[str, int], _LogRows]] = {}
 """The rows of the last BatchLog per (table path, pipeline), with the table id and version
 they are of: read, or read and then followed by this process's own appends."""
@@ -161,54 +185,60 @@ they are of: read, or read and then followed by this process's own appends."""
 
 def read_log(spark, spec: PipelineSpec) -> BatchLog:
     """The pipeline's BatchLog: the rows of its last two batches and of its last finished
-    stream batch, with the number of its last reset, in one query of the table's latest
-    version. A version's contents never change, so while the version stays the one last
-    read (the Delta log says so without a query), the last read answers again; so does it
-    after this process's own appends (`append_record`), which add their rows to it."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    stream batch, with the number of its last reset, from one version of the table. A
+    version's contents never change, so while the version stays the one last read (its log
+    says so), the last read answers again; so does it after this process's own appends
+    (`append_record`), which add their rows to it."""
+    import pyarrow.compute as pc
 
-    if not table_exists(spark, BATCHES_TABLE):
+    table = _table(spark)
+    if table is None:
         return BatchLog([], (None, None, None))
-    path = table_path(spark, BATCHES_TABLE)
-    identity = snapshot_identity(spark, path)
+    path, identity = _uri(spark), driver_delta.identity(table)
     cached = _read_logs.get((path, spec.name))
     if cached is not None and cached[0] == identity:
         return cached[1].log()
-    batches = read_as_of(spark, BATCHES_TABLE, identity[1]).where(F.col("pipeline") == spec.name)
-    present = [F.col(c) if c in batches.columns else F.lit(None).alias(c) for c in LOG_COLUMNS]
-    rows = batches.select(*present).withColumn("attempt", F.coalesce(F.col("attempt").cast("int"), F.lit(0)))
-    streamed = (F.col("status") == "finished") & F.col("stream_batch").isNotNull()
-    live = (F.col("status") == "finished") & F.coalesce(F.col("holder") == MICROBATCH, F.lit(True))
-    whole = Window.partitionBy("pipeline")  # the marks over all its rows, in the same scan: one job, not four
-    found = rows.select(
-        "*", F.max("batch").over(whole).alias("_top"),
-        F.max(F.when(F.col("status") == RESET, F.col("batch"))).over(whole).alias("_reset"),
-        F.max(F.when(streamed, F.col("batch"))).over(whole).alias("_streamed"),
-        F.max(F.when(live, F.col("batch"))).over(whole).alias("_live"),
-    ).where((F.col("batch") >= F.col("_top") - 1) | (streamed & (F.col("batch") == F.col("_streamed")))).collect()
-    marks = ((found[0]["_top"], found[0]["_reset"], found[0]["_streamed"], found[0]["_live"]) if found
-             else (None, None, None, None))
-    kept = _LogRows(tuple({c: r[c] for c in LOG_COLUMNS} for r in found), *marks)
+    kept = _fold(driver_delta.read(table, LOG_COLUMNS, pc.field("pipeline") == spec.name))
     _read_logs[(path, spec.name)] = (identity, kept)
     return kept.log()
 
 
-def _followed(spark, spec: PipelineSpec, row: dict, key: tuple[str, int]) -> None:
-    """After this process appended `row` under `key`: the cached rows of the pipeline's
-    log take it in, if the commit after the version they are of is that append (else
-    another writer came between, and the next `read_log` reads)."""
-    path = table_path(spark, BATCHES_TABLE)
+def _fold(rows: "pa.Table") -> _LogRows:
+    """The _LogRows of a pipeline's rows: the marks over all of them, and the rows that matter."""
+    import pyarrow.compute as pc
+
+    batch, status = rows["batch"], rows["status"]
+    finished = pc.equal(status, "finished")
+    streamed_rows = pc.and_(finished, pc.is_valid(rows["stream_batch"]))
+    live_rows = pc.and_(finished, pc.fill_null(pc.equal(rows["holder"], MICROBATCH), True))
+
+    def greatest(where) -> int | None:
+        return pc.max(pc.filter(batch, where)).as_py()
+
+    top, streamed = pc.max(batch).as_py(), greatest(streamed_rows)
+    if top is None:
+        return _LogRows((), None, None, None)
+    keep = pc.greater_equal(batch, top - 1)
+    if streamed is not None:
+        keep = pc.or_(keep, pc.and_(streamed_rows, pc.equal(batch, streamed)))
+    found = rows.filter(keep).to_pylist()
+    for row in found:
+        row["attempt"] = row["attempt"] or 0
+    return _LogRows(tuple(found), top, greatest(pc.equal(status, RESET)), streamed, greatest(live_rows))
+
+
+def _followed(spark, spec: PipelineSpec, row: dict, committed: int | None) -> None:
+    """After this process appended `row` as version `committed` (None: skipped, its key was
+    committed before): the cached rows of the pipeline's log take it in, if the version they
+    are of is the one before (else another writer came between, and the next `read_log`
+    reads)."""
+    path = _uri(spark)
     cached = _read_logs.pop((path, spec.name), None)
-    if cached is None:
+    if cached is None or committed is None:
         return
     (table_id, version), kept = cached
-    now = snapshot_identity(spark, path)
-    if now != (table_id, version + 1):
-        return
-    txns = [a["txn"] for a in commit_actions(spark, path, now[1]) if "txn" in a]
-    if any(t.get("appId") == key[0] and t.get("version") == key[1] for t in txns):
-        _read_logs[(path, spec.name)] = (now, kept.plus(row))
+    if committed == version + 1:
+        _read_logs[(path, spec.name)] = ((table_id, committed), kept.plus(row))
 
 
 def records(spark, spec: PipelineSpec) -> list[dict]:
@@ -227,10 +257,8 @@ def next_batch(known: list[dict]) -> int:
 
 def mark_reset(spark, spec: PipelineSpec) -> int:
     """Append the reset row (see RESET); returns its batch number."""
-    from pyspark.sql import functions as F
-
-    batches = batch_rows(spark, spec)
-    top = None if batches is None else batches.agg(F.max("batch").alias("b")).first()["b"]
+    table = _table(spark)
+    top = None if table is None else max((r["batch"] for r in _pipeline_rows(table, spec, ("batch",))), default=None)
     number = 0 if top is None else top + 1
     rec = BatchRecord(number, None, 0, {}, token=RESET, holder=RESET)
     append_record(spark, spec, rec, RESET, None)
@@ -248,8 +276,11 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         rec.skip if rec.skip is not None else rec.note,
     )
     key = _key(spec, rec, status)
-    append_rows(spark, BATCHES_TABLE, spark.createDataFrame([row], BATCHES_SCHEMA), key, note=rec.token)
-    _followed(spark, spec, {c: v for c, v in zip(_BATCHES_COLUMNS, row) if c in LOG_COLUMNS}, key)
+    values = dict(zip(_BATCHES_COLUMNS, row))
+    if log_version(spark) < 0:
+        create_table(spark, BATCHES_TABLE, BATCHES_SCHEMA)
+    committed = driver_delta.append(_uri(spark), [values], BATCHES_SCHEMA, key, note=rec.token)
+    _followed(spark, spec, {c: v for c, v in values.items() if c in LOG_COLUMNS}, committed)
 
 
 def _key(spec: PipelineSpec, rec: BatchRecord, status: str) -> tuple[str, int]:
@@ -265,13 +296,13 @@ def claim(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
     The Delta log's commits since the claim began say both without a query: ours names
     this run, a later attempt's key is above ours. Anything else (our commit skipped or
     refused) is settled by reading the claims."""
-    before = table_version(spark, BATCHES_TABLE)
+    before = log_version(spark)
     failure: Exception | None = None
     try:
         append_record(spark, spec, rec, "started", None)
     except Exception as exc:  # a concurrent claim of the same key fails the loser's commit
         failure = exc
-    version = table_version(spark, BATCHES_TABLE)
+    version = log_version(spark)
     app_id, mine = _key(spec, rec, "started")
     claims = _claims(spark, app_id, before, version)
     if failure is None and (mine, rec.token) in claims:
@@ -295,7 +326,7 @@ def fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
     """Stop before a commit if a later attempt took this batch over (this run is a zombie).
     Only the log's commits since the last check can hold such a claim: their `txn` actions
     say so without a query (while there is none, the log's version says so)."""
-    version = table_version(spark, BATCHES_TABLE)
+    version = log_version(spark)
     if version == rec.fenced_at:
         return
     if rec.fenced_at < 0:  # never claimed by this run: read the claims
@@ -310,10 +341,10 @@ def fence(spark, spec: PipelineSpec, rec: BatchRecord) -> None:
 def _claims(spark, app_id: str, after: int, upto: int) -> list[tuple[int, str | None]]:
     """The claims committed in versions `after`+1 to `upto` of `dataflow_batches`, from its
     log: (idempotent-key version, run token) of each commit under `app_id`."""
-    path = table_path(spark, BATCHES_TABLE)
+    path = _uri(spark)
     out = []
     for version in range(max(after, -1) + 1, upto + 1):
-        actions = commit_actions(spark, path, version)
+        actions = driver_delta.commit_actions(path, version)
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
         out += [(a["txn"]["version"], info.get("userMetadata")) for a in actions
                 if "txn" in a and a["txn"].get("appId") == app_id]
@@ -322,11 +353,12 @@ def _claims(spark, app_id: str, after: int, upto: int) -> list[tuple[int, str | 
 
 def _attempts(spark, spec: PipelineSpec, rec: BatchRecord) -> list:
     """The `started` rows of `rec`'s batch from its attempt on (attempt, run_token)."""
-    from pyspark.sql import functions as F
+    import pyarrow.dataset as ds
 
-    return batch_rows(spark, spec).where(
-        (F.col("batch") == rec.batch) & (F.col("status") == "started") & (F.col("attempt") >= rec.attempt)
-    ).select("attempt", "run_token").collect()
+    table = _table(spark)
+    rows = [] if table is None else _pipeline_rows(
+        table, spec, ("attempt", "run_token"), (ds.field("batch") == rec.batch) & (ds.field("status") == "started"))
+    return [r for r in rows if r["attempt"] >= rec.attempt]
 
 
 def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, claimed: list[int]) -> None:

@@ -31,7 +31,8 @@ from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
 from dataflow_core.spark.sinks.batches import (
-    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, next_batch, read_log,
+    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, log_version, next_batch,
+    read_log,
 )
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
 from dataflow_core.spark.sinks.live_state import state_table
@@ -231,14 +232,15 @@ def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict)
 def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
     """Stop a run whose hold no longer stands (an operator abandoned it) before it writes
     again: its tables were restored, and what it would write next belongs to no history."""
-    if table_version(spark, BATCHES_TABLE) == hold.record.fenced_at:
+    version = log_version(spark)
+    if version == hold.record.fenced_at:
         return
-    latest = (read_log(spark, spec).records or [None])[0]
+    latest = (read_log(spark, spec).records or [None])[0]  # of this version or a later one
     if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: run {hold.run.run_id} no longer holds it (abandoned); it stopped writing"
         )
-    hold.record.fenced_at = table_version(spark, BATCHES_TABLE)
+    hold.record.fenced_at = version
 
 
 def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger | None) -> None:
