@@ -53,6 +53,23 @@ def append(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
                           "seconds": round(time.perf_counter() - started, 3)}), flush=True)
 
 
+def mixed(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
+    from dataflow_core.spark.platform import driver_delta
+    from dataflow_core.spark.platform.tables import table_path, write_table
+
+    if tag < other:
+        write_table(spark, spark.createDataFrame([], SCHEMA), "mixed", mode="ignore")
+    for number in range(rounds):
+        wait_for(barrier, tag, other, number)
+        if tag < other:
+            write_table(spark, spark.createDataFrame([(tag, number)], SCHEMA), "mixed", mode="append")
+        else:
+            time.sleep(0.15 * (number % 4))
+            driver_delta.append(table_path(spark, "mixed"), [(tag, number)], SCHEMA,
+                                (f"race-{tag}", number))
+        print(json.dumps({"store": _scheme(spark), "tag": tag, "round": number, "mixed": True}), flush=True)
+
+
 def duel(spark, tag: str, other: str, rounds: int, barrier: Path) -> None:
     from py4j.protocol import Py4JJavaError
 
@@ -95,7 +112,7 @@ def main(mode: str, tag: str, other: str, rounds: int, barrier: Path, local: str
     for warehouse in [None, local] if local else [None]:  # one JVM for several races
         spark = get_spark(warehouse=warehouse) if warehouse else spark
         for part in mode.split(","):
-            {"append": append, "duel": duel}[part](spark, tag, other, rounds, barrier / f"{_scheme(spark)}-{part}")
+            {"append": append, "duel": duel, "mixed": mixed}[part](spark, tag, other, rounds, barrier / f"{_scheme(spark)}-{part}")
     spark.stop()
     return 0
 

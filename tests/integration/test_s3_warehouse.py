@@ -9,7 +9,9 @@ and read by delta-rs, each driver a process of its own as in production.
   written twice; and the log store alone, both drivers writing the same version within
   milliseconds: exactly one wins each time. (With Delta's
   default S3 log store commits are lost, at random: docs/deployment.md has the figures; the
-  loss depends on timing, so it is measured there, not asserted here.)
+  loss depends on timing, so it is measured there, not asserted here.) The same race with one
+  driver committing through Spark and the other through delta-rs, as `dataflow_batches` is
+  written (`platform.driver_delta`): every row lands, no version is written twice.
 """
 
 from __future__ import annotations
@@ -79,7 +81,7 @@ def test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_
     """The same two driver processes race on S3, then on a local folder (the `file:` log store)."""
     env = _env(s3, DATAFLOW_WAREHOUSE="s3a://lake/race")
     local = tmp_path / "local"
-    drivers = [subprocess.Popen([sys.executable, "-m", "tests.s3_append_driver", "append,duel", tag, other, str(ROUNDS),
+    drivers = [subprocess.Popen([sys.executable, "-m", "tests.s3_append_driver", "append,duel,mixed", tag, other, str(ROUNDS),
                                  str(tmp_path / "barrier"), str(local)], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True)
                for tag, other in (("a", "b"), ("b", "a"))]
@@ -101,6 +103,16 @@ def test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_
     assert len(log) == 1 + 2 * ROUNDS, sorted(log)  # the table's creation, then one commit per row
     assert set(log.values()) == {1}, {name: n for name, n in log.items() if n > 1}
     assert len(list((local / "race" / "_delta_log").glob("*.json"))) == 1 + 2 * ROUNDS
+
+    # Spark against delta-rs: every row lands, each log version written once
+    for warehouse in ("s3a://lake/race", str(local)):
+        rows = query.query("SELECT tag, count(*) AS n FROM mixed GROUP BY tag ORDER BY tag", warehouse).table
+        assert rows.to_pylist() == every_row, warehouse
+    log = {key: count for key, count in s3.versions("lake", "race/mixed/_delta_log/").items() if key.endswith(".json")}
+    assert sorted(k.rsplit("/", 1)[1] for k in log) == [
+        f"{n:020d}.json" for n in range(1 + 2 * ROUNDS)]
+    assert set(log.values()) == {1}, {name: n for name, n in log.items() if n > 1}
+    assert len(list((local / "mixed" / "_delta_log").glob("*.json"))) == 1 + 2 * ROUNDS
 
     # the log store alone, both drivers writing version N within milliseconds: one wins each
     for store in ("s3a", "file"):

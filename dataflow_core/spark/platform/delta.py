@@ -78,6 +78,25 @@ def append_rows(
     register_table(spark, name)
 
 
+def append_control_rows(
+    spark: "SparkSession", name: str, rows: Sequence[Sequence], schema: str, txn: Txn | None = None,
+    note: str | None = None,
+) -> int | None:
+    """Append a few rows made on the driver (values in `schema`'s column order) to table
+    `name` through delta-rs (`driver_delta`: one commit, no Spark job), under `txn` when given,
+    `note` as the commit's `userMetadata`; the table is made first when missing. Returns the
+    version committed, None when `txn` was committed before. For control tables only: rows of
+    the pipeline's data are written by executors."""
+    from dataflow_core.spark.platform import driver_delta
+
+    path = table_path(spark, name)
+    try:
+        return driver_delta.append(path, rows, schema, txn, note)
+    except driver_delta.NoTable:
+        create_table(spark, name, schema)
+        return driver_delta.append(path, rows, schema, txn, note)
+
+
 def create_table(spark: "SparkSession", name: str, schema: str) -> None:
     """Make table `name` empty with this schema unless it exists. Two processes making it at
     once both go on: Delta commits version 0 once, and the other finds the table made

@@ -41,6 +41,10 @@ class CommitConflict(DataflowError):
     """Another writer committed the same idempotent key first (or a conflicting change)."""
 
 
+class NoTable(DataflowError):
+    """There is no Delta table where a commit was to go."""
+
+
 _SPARK_TYPES = {"string": "string", "bigint": "int64", "int": "int32", "double": "float64", "boolean": "bool",
                 "timestamp": "timestamp"}
 
@@ -87,28 +91,33 @@ def arrow_schema(ddl: str) -> "pa.Schema":
     return pa.schema(fields)
 
 
-def append(uri: str, rows: Sequence[dict[str, Any]], ddl: str, txn: Txn, note: str | None = None) -> int | None:
-    """Append `rows` (columns of `ddl`) to the existing table at `uri` under the idempotent key
-    `txn`, `note` as the commit's `userMetadata`. Returns the version committed, None when the
-    key was committed already (nothing written); raises CommitConflict when another writer
-    committed it at the same time. Columns the table lacks are added."""
+def append(uri: str, rows: Sequence[Sequence[Any]], ddl: str, txn: Txn | None, note: str | None = None) -> int | None:
+    """Append `rows` (values in the order of `ddl`'s columns, as `spark.createDataFrame` takes
+    them) to the existing table at `uri` under the idempotent key
+    `txn` (none: a plain append), `note` as the commit's `userMetadata`. Returns the version
+    committed, None when the key was committed already (nothing written); raises
+    CommitConflict when another writer committed it at the same time. Columns the table
+    lacks are added."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
     table = open_table(uri)
     if table is None:
-        raise DataflowError(f"no Delta table at {uri} to append to")
-    done = table.transaction_version(txn[0])
+        raise NoTable(f"no Delta table at {uri} to append to")
+    done = None if txn is None else table.transaction_version(txn[0])
     if done is not None and done >= txn[1]:
         return None
     metadata = {} if note is None else {"userMetadata": note}
+    keys = [] if txn is None else [Transaction(txn[0], txn[1])]
     try:
-        write_deltalake(table, pa.Table.from_pylist(list(rows), schema=arrow_schema(ddl)), mode="append",
-                        schema_mode="merge", commit_properties=CommitProperties(
-                            app_transactions=[Transaction(txn[0], txn[1])], custom_metadata=metadata))
+        schema = arrow_schema(ddl)
+        data = pa.Table.from_pylist([dict(zip(schema.names, row)) for row in rows], schema=schema)
+        write_deltalake(table, data, mode="append",
+                        schema_mode="merge",
+                        commit_properties=CommitProperties(app_transactions=keys, custom_metadata=metadata))
     except CommitFailedError as exc:
-        raise CommitConflict(f"the commit to {uri} under {txn[0]} {txn[1]} was refused: {exc}") from exc
+        raise CommitConflict(f"the commit to {uri} under {txn} was refused: {exc}") from exc
     return int(table.version())  # the writer moved the table it was given to its own commit
 
 

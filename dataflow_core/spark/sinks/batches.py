@@ -26,7 +26,7 @@ from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform import driver_delta
-from dataflow_core.spark.platform.delta import create_table
+from dataflow_core.spark.platform.delta import append_control_rows
 from dataflow_core.spark.platform.tables import table_path
 from dataflow_core.spark.sinks.runs import Ledger
 
@@ -276,11 +276,8 @@ def append_record(spark, spec: PipelineSpec, rec: BatchRecord, status: str, ledg
         rec.skip if rec.skip is not None else rec.note,
     )
     key = _key(spec, rec, status)
-    values = dict(zip(_BATCHES_COLUMNS, row))
-    if log_version(spark) < 0:
-        create_table(spark, BATCHES_TABLE, BATCHES_SCHEMA)
-    committed = driver_delta.append(_uri(spark), [values], BATCHES_SCHEMA, key, note=rec.token)
-    _followed(spark, spec, {c: v for c, v in values.items() if c in LOG_COLUMNS}, committed)
+    committed = append_control_rows(spark, BATCHES_TABLE, [row], BATCHES_SCHEMA, key, note=rec.token)
+    _followed(spark, spec, {c: v for c, v in zip(_BATCHES_COLUMNS, row) if c in LOG_COLUMNS}, committed)
 
 
 def _key(spec: PipelineSpec, rec: BatchRecord, status: str) -> tuple[str, int]:

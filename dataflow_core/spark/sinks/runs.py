@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dataflow_core.model.time import END_OF_TIME, Instant
-from dataflow_core.spark.platform.tables import read_table, table_exists
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -166,12 +165,7 @@ def fail_run(spark: "SparkSession", run: Run, reason: str) -> None:
 def run_status(spark: "SparkSession", run_id: str) -> str | None:
     """The run's last recorded status (None when it has no row): `finished` wins over any
     `failed` of an earlier attempt."""
-    from pyspark.sql import functions as F
-
-    if not table_exists(spark, RUNS_TABLE):
-        return None
-    statuses = {r["status"] for r in read_table(spark, RUNS_TABLE).where(F.col("run_id") == run_id)
-                .select("status").distinct().collect()}
+    statuses = {r["status"] for r in _rows_of(spark, run_id, ("status",))}
     for status in (FINISHED, FAILED, STARTED):
         if status in statuses:
             return status
@@ -206,19 +200,12 @@ class PlanState:
 
 def plan_state(spark: "SparkSession", run_id: str) -> PlanState | None:
     """The plan of run `run_id` (None when the run planned nothing for approval)."""
-    from pyspark.sql import functions as F
-
-    if not table_exists(spark, RUNS_TABLE):
-        return None
-    table = read_table(spark, RUNS_TABLE)
-    if "versions" not in table.columns:  # a table from before plans: no run of it was planned
-        return None
-    rows = {r["status"]: r for r in table.where(F.col("run_id") == run_id).collect()}
-    planned = rows.get(PLANNED)
+    rows = {r["status"]: r for r in _rows_of(spark, run_id, _RUNS_COLUMNS)}
+    planned = rows.get(PLANNED)  # (a table from before plans has no `versions`: none of its runs planned)
     if planned is None:
         return None
     run = Run(run_id, planned["pipeline"], planned["command"], planned["args"],
-              int(planned["now"].replace(tzinfo=dt.timezone.utc).timestamp() * 1000))
+              int(planned["now"].timestamp() * 1000))
     decided = rows.get(APPLIED) or rows.get(REJECTED) or rows.get(FINISHED)
     status = PLANNED if decided is None else (REJECTED if decided["status"] == REJECTED else APPLIED)
     return PlanState(run, status, json.loads(planned["ledger"] or "{}"), json.loads(planned["versions"] or "{}"),
@@ -226,16 +213,30 @@ def plan_state(spark: "SparkSession", run_id: str) -> PlanState | None:
                      decided["reason"] if decided else None)
 
 
+_RUNS_COLUMNS = tuple(column.split()[0] for column in RUNS_SCHEMA.split(", "))
+
+
+def _rows_of(spark: "SparkSession", run_id: str, columns: tuple[str, ...]) -> list[dict]:
+    """The run's rows of `dataflow_runs` (these columns), read on the driver (`driver_delta`)."""
+    import pyarrow.dataset as ds
+
+    from dataflow_core.spark.platform import driver_delta
+    from dataflow_core.spark.platform.tables import table_path
+
+    table = driver_delta.open_table(table_path(spark, RUNS_TABLE))
+    return [] if table is None else driver_delta.read(table, columns, ds.field("run_id") == run_id).to_pylist()
+
+
 def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None,
             decided_by: str | None = None, versions: str | None = None) -> None:
     """One row: each status under the key (run, status), so a resumed run writes each
     once; a `failed` row per failure (each attempt's reason is worth keeping)."""
-    from dataflow_core.spark.platform.delta import append_rows
+    from dataflow_core.spark.platform.delta import append_control_rows
 
     row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
            dt.datetime.now(dt.timezone.utc), ledger, reason, decided_by, versions)
     key = None if status == FAILED else (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0)
-    append_rows(spark, RUNS_TABLE, spark.createDataFrame([row], RUNS_SCHEMA), key)
+    append_control_rows(spark, RUNS_TABLE, [row], RUNS_SCHEMA, key)
 
 
 def record_watermarks(
@@ -243,11 +244,11 @@ def record_watermarks(
 ) -> None:
     """(step, processing time, watermark) per step; the ends of time are stored as null.
     Appended once per run and stage (a resumed run's commit is skipped under the key)."""
-    from dataflow_core.spark.platform.delta import append_rows
+    from dataflow_core.spark.platform.delta import append_control_rows
 
     def ts(ms: Instant) -> dt.datetime | None:
         return None if abs(ms) >= END_OF_TIME - 1 else _to_ts(ms)
 
     rows = [(run.pipeline, stage, run.run_id, n, ts(t), ts(w)) for n, t, w in steps]
-    append_rows(spark, WATERMARKS_TABLE, spark.createDataFrame(rows, WATERMARKS_SCHEMA),
-                (f"dataflow:{run.pipeline}:{WATERMARKS_TABLE}:{run.run_id}:{stage}", 0))
+    append_control_rows(spark, WATERMARKS_TABLE, rows, WATERMARKS_SCHEMA,
+                        (f"dataflow:{run.pipeline}:{WATERMARKS_TABLE}:{run.run_id}:{stage}", 0))
