@@ -55,8 +55,18 @@ def test_two_writers_committing_one_key_from_one_version_do_not_both_land(spark)
     assert _tags(spark, "driver_race") == [("x", 1)]
 
 
-def test_the_control_tables_schema_is_what_spark_makes_of_it(spark):
-    """delta-rs' rows of `dataflow_batches` have the column types Spark gave the table."""
+def test_a_control_table_made_on_the_driver_is_the_table_spark_would_make(spark):
+    """`create_table` (delta-rs) gives the columns, types and table properties a Spark write of
+    the same schema in this session gives, and making it again changes nothing."""
     create_table(spark, BATCHES_TABLE, BATCHES_SCHEMA)
-    made = pa.schema(DeltaTable(table_path(spark, BATCHES_TABLE)).schema().to_arrow())
-    assert made.equals(driver_delta.arrow_schema(BATCHES_SCHEMA)), (made, driver_delta.arrow_schema(BATCHES_SCHEMA))
+    made = DeltaTable(table_path(spark, BATCHES_TABLE)).version()
+    create_table(spark, BATCHES_TABLE, BATCHES_SCHEMA)
+    by_spark = table_path(spark, "batches_by_spark")
+    spark.createDataFrame([], BATCHES_SCHEMA).write.format("delta").save(by_spark)
+    ours, theirs = DeltaTable(table_path(spark, BATCHES_TABLE)), DeltaTable(by_spark)
+    assert ours.version() == made
+    assert pa.schema(ours.schema().to_arrow()).equals(pa.schema(theirs.schema().to_arrow()))
+    assert ours.metadata().configuration == theirs.metadata().configuration
+    assert ours.metadata().configuration.get("delta.checkpointInterval") == "50"  # the session's default
+    assert spark.read.format("delta").load(table_path(spark, BATCHES_TABLE)).columns == list(
+        driver_delta.arrow_schema(BATCHES_SCHEMA).names)

@@ -98,17 +98,16 @@ def append_control_rows(
 
 
 def create_table(spark: "SparkSession", name: str, schema: str) -> None:
-    """Make table `name` empty with this schema unless it exists. Two processes making it at
-    once both go on: Delta commits version 0 once, and the other finds the table made
-    (instead of a raw `ProtocolChangedException` when both first append to it)."""
-    if table_exists(spark, name):
-        return
-    path = table_path(spark, name)
-    try:
-        spark.createDataFrame([], schema).write.format("delta").mode("append").save(path)
-    except Exception:
-        if snapshot_version(spark, path) < 0:  # a fresh listing of its log: did the other run make it?
-            raise
+    """Make control table `name` empty with this schema unless it exists, through delta-rs
+    (`driver_delta`: one commit, no Spark job), with the table properties a table Spark
+    creates in this session would get (`spark.databricks.delta.properties.defaults.*`). Two
+    processes making it at once both go on: Delta commits version 0 once."""
+    from dataflow_core.spark.platform import driver_delta
+
+    prefix = "spark.databricks.delta.properties.defaults."
+    given = {**dict(spark.sparkContext.getConf().getAll()), **spark.conf.getAll}  # the session's settings win
+    properties = {f"delta.{k[len(prefix):]}": v for k, v in given.items() if k.startswith(prefix)}
+    driver_delta.create(table_path(spark, name), schema, properties)
     register_table(spark, name)
 
 

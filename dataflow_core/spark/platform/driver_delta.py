@@ -91,6 +91,23 @@ def arrow_schema(ddl: str) -> "pa.Schema":
     return pa.schema(fields)
 
 
+def create(uri: str, ddl: str, properties: dict[str, str]) -> bool:
+    """Make an empty table at `uri` with the columns of `ddl` and these table properties,
+    unless one is there; returns whether this call made it. Two processes making it at once
+    both go on: version 0 is committed once, and the other finds the table made."""
+    from deltalake import DeltaTable
+
+    where, options = _location(uri)
+    try:
+        DeltaTable.create(where, arrow_schema(ddl), mode="ignore", configuration=properties or None,
+                          storage_options=options)
+    except Exception:  # noqa: BLE001 - the other process's version 0 came first
+        if open_table(uri) is None:
+            raise
+        return False
+    return True
+
+
 def append(uri: str, rows: Sequence[Sequence[Any]], ddl: str, txn: Txn | None, note: str | None = None) -> int | None:
     """Append `rows` (values in the order of `ddl`'s columns, as `spark.createDataFrame` takes
     them) to the existing table at `uri` under the idempotent key
