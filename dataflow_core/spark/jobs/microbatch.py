@@ -24,6 +24,7 @@ from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.spark.execute import python_workers
 from dataflow_core.spark.input.going_live import FirstRead
 from dataflow_core.spark.jobs.crash import CRASH_ENV
 from dataflow_core.spark.jobs.live_sequencer import Done, before_input, run_batch
@@ -68,6 +69,7 @@ def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | Non
             "processing time never moves back, so every later batch would have to wait for it"
         )
     token = uuid.uuid4().hex
+    python_workers.warm(spark)  # while the stream plans its batch
     done: list[Done] = []
     _record(done.append, before_input(spark, spec, now_ms, say, token))
     stream = Stream(spark, spec, say, token, lambda: now_ms, done.append, first_read)
@@ -115,6 +117,7 @@ def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first
     def handle(done: Done) -> None:
         report(_result(spec, [done]))
 
+    python_workers.warm(spark)
     with Lease(spark, spec.name):  # `dataflow reset` refuses while the loop runs
         _loop_batches(spark, spec, every_s, say, handle, stop, clock, first_read)
 
