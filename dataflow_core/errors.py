@@ -17,6 +17,11 @@ class PipelineBusy(DataflowError):
     or holds the stream checkpoint."""
 
 
+class ConcurrentCommit(DataflowError):
+    """Another writer committed to a table first, in a way this commit conflicts with (the same
+    idempotent key, or the same rows): nothing of this commit was written."""
+
+
 CONCURRENT_MARKS = (
     "Concurrent update", "Multiple streaming", "ConcurrentModification", "concurrently using",  # a stream checkpoint
     "ConcurrentAppend", "ConcurrentTransaction", "ConcurrentWrite", "ConcurrentDelete", "DELTA_CONCURRENT",  # Delta
@@ -27,6 +32,8 @@ CONCURRENT_MARKS = (
 def is_concurrent(exc: BaseException) -> bool:
     """Whether `exc` says another run wrote first: to a stream checkpoint (offsets, commits,
     its metadata) or to a Delta table (a conflicting commit, or two runs making a table)."""
+    if isinstance(exc, ConcurrentCommit):
+        return True
     text = f"{type(exc).__name__}: {exc}"
     return any(m in text for m in CONCURRENT_MARKS)
 

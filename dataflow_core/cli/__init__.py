@@ -11,7 +11,7 @@ import importlib
 import sys
 from typing import Sequence
 
-from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy, first_line, is_concurrent
+from dataflow_core.errors import BUSY_EXIT, ConcurrentCommit, DataflowError, PipelineBusy, first_line, is_concurrent
 
 # Subcommand modules, in the order `--help` lists them.
 SUBCOMMANDS = ("pipelines", "check", "backfill", "plan", "microbatch", "reset", "replay", "diagram", "generate", "sql")
@@ -79,6 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataflowError as exc:
         if args.verbose:
             raise
+        if isinstance(exc, ConcurrentCommit):
+            print(f"dataflow {args.command}: busy: {_concurrent(exc)}", file=sys.stderr)
+            return BUSY_EXIT
         for line in str(exc).splitlines() or [""]:  # a pipeline's mistakes: one line each
             print(f"dataflow {args.command}: error: {line}", file=sys.stderr)
         return 2
@@ -89,9 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verbose:
             raise
         if is_concurrent(exc):  # Delta refused a commit: another run wrote the same table first
-            print(f"dataflow {args.command}: busy: another run wrote the same table at the same moment "
-                  f"({first_line(exc)[:300]}); nothing of this run's last commit was written: run it again "
-                  "(or with --wait); --verbose shows the trace", file=sys.stderr)
+            print(f"dataflow {args.command}: busy: {_concurrent(exc)}", file=sys.stderr)
             return BUSY_EXIT
         print(
             f"dataflow {args.command}: error: {type(exc).__name__}: {first_line(exc)[:500]} "
@@ -103,3 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _concurrent(exc: BaseException) -> str:
+    """The busy line of a commit Delta refused because another run wrote the same table first."""
+    return (f"another run wrote the same table at the same moment ({first_line(exc)[:300]}); nothing of this "
+            "run's last commit was written: run it again (or with --wait); --verbose shows the trace")

@@ -45,8 +45,7 @@ from dataflow_core.spark.jobs.range_input import range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
-from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
-from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, take_hold
+from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, release_finished, take_hold
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
     APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,
@@ -131,9 +130,10 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
             f"--apply {run.run_id}")
     elif planned:  # a finished run is never resumed: its plans have served
         say(f"run {run.run_id} finished; dropping its plans of corrections")
-    if not plan_only:
-        forget_run_plans(spark, planned, run.run_id)
-    release(spark, spec, hold.record, None if plan_only else ledger)  # last: until here, a re-run resumes this run
+    if plan_only:
+        release(spark, spec, hold.record, None)
+    else:  # last: until here, a re-run resumes this run
+        release_finished(spark, spec, hold.record, run.run_id, planned, ledger)
     return result
 
 

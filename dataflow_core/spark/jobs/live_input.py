@@ -76,7 +76,7 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
             F.count_if(F.col("_seen").isNull()).alias("new")))
     ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
     if ledger.quarantined:
-        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"))
+        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"), per_delivery=True)
     crash_point("quarantined")
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
     els = candidates.where(F.col("_seen").isNull()).drop("_seen")

@@ -7,8 +7,8 @@ PUT of a Parquet file and one of the commit, some 10-20 ms (docs/spark-runner.md
 Performance). Both write the same table, which Delta's protocol allows, because both create
 commit N exclusively on the stores the product writes:
 - on `file:` Spark's `HardLinkLogStore` hard-links N.json to a finished temporary file, and
-  delta-rs creates it only if absent (object_store's `PutMode::Create`, also a hard link):
-  each fails when N.json exists;
+  delta-rs creates it only if absent (its local store's create-if-absent): each fails when
+  N.json exists;
 - on S3 Spark's `ConditionalPutLogStore` and delta-rs (1.x) both PUT N.json with
   `If-None-Match: *`.
 
@@ -19,7 +19,7 @@ process per table anyway, and one process commits in turn.)
 
 Exactly once, as Spark's Delta does it: an append under an idempotent key (application id,
 version) is skipped when the table already holds that id at that version or later; two writers
-committing the same id at once conflict, and the second is refused (`CommitConflict`).
+committing the same id at once conflict, and the second is refused (`errors.ConcurrentCommit`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from urllib.parse import urlparse
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import ConcurrentCommit, DataflowError
 from dataflow_core.objectstore import S3Settings, is_object_store
 
 if TYPE_CHECKING:
@@ -35,10 +35,6 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 Txn = tuple[str, int]
-
-
-class CommitConflict(DataflowError):
-    """Another writer committed the same idempotent key first (or a conflicting change)."""
 
 
 class NoTable(DataflowError):
@@ -113,7 +109,7 @@ def append(uri: str, rows: Sequence[Sequence[Any]], ddl: str, txn: Txn | None, n
     them) to the existing table at `uri` under the idempotent key
     `txn` (none: a plain append), `note` as the commit's `userMetadata`. Returns the version
     committed, None when the key was committed already (nothing written); raises
-    CommitConflict when another writer committed it at the same time. Columns the table
+    ConcurrentCommit when another writer committed it at the same time. Columns the table
     lacks are added."""
     import pyarrow as pa
     from deltalake import CommitProperties, Transaction, write_deltalake
@@ -134,7 +130,7 @@ def append(uri: str, rows: Sequence[Sequence[Any]], ddl: str, txn: Txn | None, n
                         schema_mode="merge",
                         commit_properties=CommitProperties(app_transactions=keys, custom_metadata=metadata))
     except CommitFailedError as exc:
-        raise CommitConflict(f"the commit to {uri} under {txn} was refused: {exc}") from exc
+        raise ConcurrentCommit(f"the commit to {uri} under {txn} was refused: {exc}") from exc
     return int(table.version())  # the writer moved the table it was given to its own commit
 
 

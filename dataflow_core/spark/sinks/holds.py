@@ -24,11 +24,11 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from dataflow_core.errors import DataflowError, PipelineBusy, first_line, is_concurrent
 from dataflow_core.model.time import Instant, format_instant
-from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
 from dataflow_core.spark.sinks.batches import (
     BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, log_version, next_batch,
@@ -224,9 +224,25 @@ def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict)
     run_id = holder[len(BACKFILL_HOLDER):]
     if run_status(spark, run_id) != FINISHED:
         return False
-    forget_run_plans(spark, spec.stages, run_id)  # a finished run is never resumed: its plans have served
-    release(spark, spec, _record_of(latest), None)
+    release_finished(spark, spec, _record_of(latest), run_id, spec.stages, None)
     return True
+
+
+def release_finished(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, run_id: str,
+                     stages: Iterable[StageSpec], ledger: Ledger | None) -> None:
+    """A finished run's hold released: its plans of `stages` dropped (a finished run is never
+    resumed from them), then its batch finished. The run does it, and so does whoever finds it
+    finished but not released (killed between the two), which can be at the same moment: one
+    DELETE of the plans then conflicts with the other. Both steps are idempotent (a DELETE of
+    the run's rows, an append under the hold's key), so the loser does them again."""
+    for attempt in range(3):
+        try:
+            forget_run_plans(spark, stages, run_id)
+            release(spark, spec, rec, ledger)
+            return
+        except Exception as exc:
+            if attempt == 2 or isinstance(exc, PipelineBusy) or not is_concurrent(exc):
+                raise
 
 
 def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
