@@ -22,8 +22,9 @@ slice (not timed), then time one batch (`run_microbatch` with `--now` a minute a
 slice's last event time; the query above until its available-now run ends) while sampling the
 process tree's CPU seconds and peak RSS. The sides alternate, so load on the shared machine
 hits both alike. The first slice creates every table on both sides and is reported apart;
-the figure is over the slices after it: our mean wall time per batch / the baseline's
-(target at most 1.2x, goal 1.0x), with CPU seconds and peak memory of each side. Where our
+the figures are over the slices after it: our mean wall time per batch / the baseline's
+(target at most 1.5x, goal 1.0x), and the same of the whole child processes, Spark's start
+and the append included (target at most 1.2x), with CPU seconds and peak memory of each side. Where our
 batch's time goes comes from bench_microbatch's PhaseClock.
 
 A second figure is `--loop`'s: per side one child process that creates the tables with the
@@ -67,7 +68,8 @@ from bench_microbatch import (  # noqa: E402
 )
 
 RESULTS = HERE / "results" / "streaming.json"
-TARGET, GOAL = 1.2, 1.0
+BATCH_TARGET, GOAL = 1.5, 1.0  # issue 52: a batch, the tables warm, at most 1.5x the baseline's (goal 1.0x)
+PROCESS_TARGET = 1.2  # issue 52: one process per batch, Spark's start included on both sides
 LOOP_TARGET = 0.8  # --loop: at least this share of the baseline's rows per second
 LOOP_EVERY_S = 1  # both loops' trigger interval
 RATE_ROWS = 1_000_000  # rows per 3 days of event time: bench_microbatch's rate, so a 50k slice spans 3.6 h
@@ -286,12 +288,15 @@ def report(figures: dict) -> list[str]:
     s, rows = figures["summary"], figures["settings"]["rows"]
     ours, theirs = s["microbatch"], s["streaming"]
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
-    verdict = "MET" if s["wall_ratio"] <= TARGET else "NOT MET"
+    verdict = "MET" if s["wall_ratio"] <= BATCH_TARGET else "NOT MET"
     goal = " (goal 1.0x met)" if s["wall_ratio"] <= GOAL else ""
+    process = "MET" if s["child_wall_ratio"] <= PROCESS_TARGET else "NOT MET"
     n = len(ours["batch_seconds"]) - 1
     lines = [
-        f"micro-batch vs Structured Streaming, {rows // 1000}k-row batches: {s['wall_ratio']:.2f}x wall "
-        f"(target <= {TARGET}x): {verdict}{goal}",
+        f"micro-batch vs Structured Streaming, {rows // 1000}k-row batches, the tables warm: {s['wall_ratio']:.2f}x "
+        f"wall (target <= {BATCH_TARGET}x): {verdict}{goal}",
+        f"one process per batch, Spark's start included: {s['child_wall_ratio']:.2f}x wall "
+        f"(target <= {PROCESS_TARGET}x): {process}",
         f"   mean seconds per batch over {n} slices after the first: {ours['mean_s']:.1f} s vs {theirs['mean_s']:.1f} s "
         f"(medians {ours['median_s']:.1f} vs {theirs['median_s']:.1f}: {s['median_wall_ratio']:.2f}x)",
         f"   CPU seconds per batch (process tree): {ours['mean_cpu_s']:.1f} vs {theirs['mean_cpu_s']:.1f}: "
