@@ -12,6 +12,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
 
+from dataflow_core.spark.platform import driver_delta
+from dataflow_core.spark.platform.driver_delta import Txn
 from dataflow_core.spark.platform.tables import (
     commit_info, register_table, snapshot_version, table_exists, table_path,
 )
@@ -19,8 +21,6 @@ from dataflow_core.spark.platform.tables import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
-Txn = tuple[str, int]
-"""Delta's idempotent-write key (application id, version)."""
 
 
 @contextmanager
@@ -87,8 +87,6 @@ def append_control_rows(
     `note` as the commit's `userMetadata`; the table is made first when missing. Returns the
     version committed, None when `txn` was committed before. For control tables only: rows of
     the pipeline's data are written by executors."""
-    from dataflow_core.spark.platform import driver_delta
-
     path = table_path(spark, name)
     try:
         return driver_delta.append(path, rows, schema, txn, note)
@@ -102,8 +100,6 @@ def create_table(spark: "SparkSession", name: str, schema: str) -> None:
     (`driver_delta`: one commit, no Spark job), with the table properties a table Spark
     creates in this session would get (`spark.databricks.delta.properties.defaults.*`). Two
     processes making it at once both go on: Delta commits version 0 once."""
-    from dataflow_core.spark.platform import driver_delta
-
     prefix = "spark.databricks.delta.properties.defaults."
     given = {**dict(spark.sparkContext.getConf().getAll()), **spark.conf.getAll}  # the session's settings win
     properties = {f"delta.{k[len(prefix):]}": v for k, v in given.items() if k.startswith(prefix)}

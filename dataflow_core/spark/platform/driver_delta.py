@@ -35,6 +35,8 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
 
 Txn = tuple[str, int]
+"""Delta's idempotent-write key (application id, version): Spark's `txnAppId`/`txnVersion`,
+delta-rs' `Transaction`."""
 
 
 class NoTable(DataflowError):
