@@ -76,15 +76,24 @@ def identity(table: "DeltaTable | None") -> tuple[str, int]:
     return str(table.metadata().id), int(table.version())
 
 
+def _columns(ddl: str) -> list[tuple[str, str]]:
+    """(name, type) of each column of a Spark DDL column list of simple types (`name type, ...`)."""
+    return [(name, kind.lower()) for name, kind in (column.split() for column in ddl.split(","))]
+
+
+def column_names(ddl: str) -> tuple[str, ...]:
+    """The column names of a Spark DDL column list, in order (a control table's row layout)."""
+    return tuple(name for name, _ in _columns(ddl))
+
+
 def arrow_schema(ddl: str) -> "pa.Schema":
-    """The Arrow schema of a Spark DDL column list of simple types (`name type, ...`), as
-    Spark writes them to Delta (timestamps in microseconds, UTC)."""
+    """The Arrow schema of a Spark DDL column list of simple types, as Spark writes them to
+    Delta (timestamps in microseconds, UTC)."""
     import pyarrow as pa
 
     fields = []
-    for column in ddl.split(","):
-        name, kind = column.split()
-        arrow = _SPARK_TYPES[kind.lower()]
+    for name, kind in _columns(ddl):
+        arrow = _SPARK_TYPES[kind]
         fields.append(pa.field(name, pa.timestamp("us", tz="UTC") if arrow == "timestamp" else pa.type_for_alias(arrow)))
     return pa.schema(fields)
 
@@ -151,10 +160,9 @@ def read(table: "DeltaTable", columns: Iterable[str], where: Any = None) -> "pa.
     return found.select(wanted)
 
 
-
 def commit_actions(uri: str, version: int) -> list[dict]:
-    """The actions of commit `version` of the table at `uri`, read from its log file (no Spark,
-    no table state): one dict per action (`commitInfo`, `txn`, `add`, ...)."""
+    """The actions of commit `version` of the table at `uri`, whoever wrote it, read from its
+    log file (no Spark, no table state): one dict per action (`commitInfo`, `txn`, `add`, ...)."""
     import json
 
     from pyarrow import fs as pafs

@@ -253,24 +253,10 @@ def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
 
 def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
     """The `commitInfo` action of commit `version` of the table at `path` (operation,
-    operationMetrics): what `history(1)` says, without a query."""
-    return next((a["commitInfo"] for a in commit_actions(spark, path, version) if "commitInfo" in a), {})
+    operationMetrics): what `history(1)` says, without a query (`driver_delta.commit_actions`)."""
+    from dataflow_core.spark.platform.driver_delta import commit_actions
 
-
-def commit_actions(spark: "SparkSession", path: str, version: int) -> list[dict]:
-    """The actions of commit `version` of the Delta table at `path`, read from its log file
-    through Hadoop's FileSystem (no Spark job): one dict per action (`commitInfo`, `txn`,
-    `add`, ...)."""
-    import json
-
-    file = jvm_class(spark, "org.apache.hadoop.fs.Path")(_delta_log(spark, path).logPath(), f"{version:020d}.json")
-    fs = file.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration())
-    stream = fs.open(file)
-    try:
-        text = jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
-    finally:
-        stream.close()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    return next((a["commitInfo"] for a in commit_actions(path, version) if "commitInfo" in a), {})
 
 
 def _delta_log(spark: "SparkSession", path: str):

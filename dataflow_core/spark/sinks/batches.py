@@ -149,7 +149,7 @@ LOG_COLUMNS = ("pipeline", "batch", "stream_batch", "now_ms", "status", "version
 """The columns of `dataflow_batches` a record carries (not the audit timestamps, which are
 for SQL readers; `now_ms` is the batch's processing time)."""
 
-_BATCHES_COLUMNS = tuple(c.split()[0] for c in BATCHES_SCHEMA.split(", "))
+_BATCHES_COLUMNS = driver_delta.column_names(BATCHES_SCHEMA)
 
 def _uri(spark) -> str:
     return table_path(spark, BATCHES_TABLE)

@@ -47,7 +47,6 @@ def write_quarantine(
         F.lit(run_id).alias("run_id"),
         F.current_timestamp().alias("quarantined_at"),
         F.sha2(F.concat_ws("|", F.lit(spec.name), F.to_json(F.struct(*input_cols))), 256).alias("row_id"),
-        F.lit(False).alias("_delete"),
     )
     if table_exists(spark, name):
         if "row_id" not in read_table(spark, name).columns:
@@ -55,7 +54,7 @@ def write_quarantine(
                 f"table {name} exists with another layout (no row_id column; written by an older demo?); "
                 "move it away and run again"
             )
-    if per_delivery and txn is not None:
-        append_rows(spark, name, rows.drop("_delete"), txn)
+    if per_delivery:
+        append_rows(spark, name, rows, txn)
     else:
         merge_rows(spark, name, rows, ["row_id"], delete=False, update=False, txn=txn)

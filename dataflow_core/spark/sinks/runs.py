@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.spark.platform import driver_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -213,14 +214,13 @@ def plan_state(spark: "SparkSession", run_id: str) -> PlanState | None:
                      decided["reason"] if decided else None)
 
 
-_RUNS_COLUMNS = tuple(column.split()[0] for column in RUNS_SCHEMA.split(", "))
+_RUNS_COLUMNS = driver_delta.column_names(RUNS_SCHEMA)
 
 
 def _rows_of(spark: "SparkSession", run_id: str, columns: tuple[str, ...]) -> list[dict]:
     """The run's rows of `dataflow_runs` (these columns), read on the driver (`driver_delta`)."""
     import pyarrow.dataset as ds
 
-    from dataflow_core.spark.platform import driver_delta
     from dataflow_core.spark.platform.tables import table_path
 
     table = driver_delta.open_table(table_path(spark, RUNS_TABLE))
