@@ -12,7 +12,7 @@ import pytest
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CountFn, SumFn
-from dataflow_core.model.pane_codec import pane_from_row
+from dataflow_core.model.pane_codec import EMISSION_ORDER, pane_from_row
 from dataflow_core.model.panes import Pane, history_breaks
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import format_instant, parse_duration
@@ -44,7 +44,7 @@ def _histories(spark, stage: StageSpec) -> dict[tuple, list[Pane]]:
     """Each window's panes from the pane log, in emission order, as the model's Panes."""
     windows: dict[tuple, list[Pane]] = defaultdict(list)
     rows = read_table(spark, f"{stage.output}_panes").collect()
-    for r in sorted(rows, key=lambda r: (r["emitted_at"], r["pane_index"], not r["is_retraction"])):
+    for r in sorted(rows, key=lambda r: tuple(r[c] for c in EMISSION_ORDER)):
         row = {**r.asDict(), "window_start": ms(r["window_start"]), "window_end": ms(r["window_end"]),
                "ts": ms(r["timestamp"]), "emitted_at": ms(r["emitted_at"])}
         key = tuple(r[k] for k in stage.key_columns)

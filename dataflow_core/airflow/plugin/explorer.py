@@ -109,7 +109,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     panes = query(
         f"SELECT {cols}, window_start, window_end, value, timestamp, timing, pane_index, on_time_index, is_first, "
         f"is_last, is_retraction, emitted_at, run_id FROM {pane_table} WHERE {_key_filter(key)} AND {in_range} "
-        "ORDER BY emitted_at, is_retraction DESC, window_start, pane_index", warehouse).table.to_pandas()
+        "ORDER BY emitted_at, window_start, pane_index, is_retraction", warehouse).table.to_pandas()
     if index == 0:
         elements = _input_elements(spec, source, tables, key, lo, hi, warehouse)
         element_args: dict[str, Any] = {}
