@@ -16,6 +16,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.state_codec import READABLE_VERSIONS, STATE_VERSION
 from dataflow_core.model.time import END_OF_TIME, Instant, is_due
 from dataflow_core.pipelines import StageSpec
+from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
 from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
 
@@ -87,22 +88,41 @@ class Wake:
 def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:
     """The stage's `Wake` as of its state table's latest version (None before the first
     batch). A version's contents never change, so the state is read once per version, not
-    at every interval of an idle `--loop` that asks whether anything is due."""
-    from pyspark.sql import functions as F
+    at every interval of an idle `--loop` that asks whether anything is due. It is read on
+    the driver through delta-rs, two columns and no Spark job: through Spark, Delta's
+    snapshot of the new version and the query cost some 6 s of a `--loop`'s 2 cores after
+    every batch (docs/spark-runner.md, Performance). A table delta-rs cannot read (deletion
+    vectors) or in an older format is read through Spark, which names what is wrong."""
+    import pyarrow.compute as pc
+    from deltalake.exceptions import DeltaProtocolError
 
-    name = state_table(stage)
-    if not table_exists(spark, name):
+    path = table_path(spark, state_table(stage))
+    table = driver_delta.open_table(path)
+    if table is None:
         return None
-    path = table_path(spark, name)
-    identity = snapshot_identity(spark, path)
+    identity = driver_delta.identity(table)
     cached = _wakes.get(path)
     if cached is not None and cached[0] == identity:
         return cached[1]
-    row = read_states(spark, stage, identity[1]).agg(  # type: ignore[union-attr]
-        F.min("wake_timer").alias("t"), F.min("wake_watermark").alias("w")).first()
-    wake = Wake(row["t"], row["w"])
+    current = {"state_version", *WAKE_COLUMNS} <= {field.name for field in table.schema().fields}
+    try:
+        found = driver_delta.read(table, WAKE_COLUMNS) if current else None
+    except DeltaProtocolError:
+        found = None
+    if found is None:
+        wake = _wake_through_spark(spark, stage, identity[1])
+    else:
+        wake = Wake(*(pc.min(found[c]).as_py() for c in WAKE_COLUMNS))
     _wakes[path] = (identity, wake)
     return wake
+
+
+def _wake_through_spark(spark: "SparkSession", stage: StageSpec, version: int) -> Wake:
+    from pyspark.sql import functions as F
+
+    row = read_states(spark, stage, version).agg(  # type: ignore[union-attr]
+        *(F.min(c).alias(c) for c in WAKE_COLUMNS)).first()
+    return Wake(*(row[c] for c in WAKE_COLUMNS))
 
 
 _wakes: dict[str, tuple[tuple[str, int], Wake]] = {}
