@@ -221,7 +221,8 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
     check_hold(spark, spec, hold)
     outcome = correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
-                            input_version=version, plan_only=plan_only)
+                            input_version=version, plan_only=plan_only,
+                            had_results=hold.record.versions.get(first.output, -1) >= 0)
     if outcome.planned:
         planned.append(first)
     finals.unpersist()

@@ -5,9 +5,11 @@
 2. The corrections (`execute.corrections`, the model per key in executors): each changed
    window's next pane after its standing one, retractions in retracting mode. The plan
    (`sinks.corrections_plan`) is committed before any write: the changed windows, or with
-   live state the corrections themselves, so that a resumed run applies the same ones; for
-   a stage with no results and no live state, only the version of the input the run read
-   (every window is then a change, computed again from that version when resumed).
+   live state the corrections themselves, so that a resumed run applies the same ones. A
+   first stage that had no results and no live state when the run took its hold stores no
+   plan: every window is a change, computed from the input version the hold pinned, which
+   the hold's record already says (so a resumed run, finding the results its first attempt
+   wrote, still recomputes them all; and a first backfill commits, then deletes, no plan).
 3. The writes: pane log, results (the window's total), where micro-batches keep live state
    for the pipeline the state (the corrected windows' accumulators rebuilt from the
    backfill's input, so later batches carry on from the corrected figures), and the seen ids
@@ -33,7 +35,7 @@ from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan, write_recompute
+from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, result_rows, standing_panes, write_results
@@ -60,17 +62,22 @@ def correct_stage(
     spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
     run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
     live_watermarks: dict[str, Instant] | None, input_version: int | None = None, plan_only: bool = False,
+    had_results: bool = True,
 ) -> StageOutcome:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
-    `input_version` the version of the pipeline's input table they come from (first stage).
+    `input_version` the version of the pipeline's input table they come from (first stage),
+    `had_results` whether the stage had a results table when the run took its hold.
     `plan_only`: store the plan and count what it would do, write nothing else."""
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
-    if plan is None:
-        plan = _store_plan(spark, spec, stage, finals, elements, run, owned, watermark, live,
-                           None if plan_only else input_version)
+    # (a plan being applied is a resumed run with a stored plan, whatever the stage had)
+    recompute = plan is None and input_version is not None and not (had_results or live or plan_only)
+    if recompute:  # the hold's record is the plan (see the module docstring): nothing stored
+        plan = Plan(None, watermark, True, input_version)
+    elif plan is None:
+        plan = _store_plan(spark, spec, stage, finals, elements, run, owned, watermark, live)
     else:
         say(f"stage {stage.output}: {'counting' if plan_only else 'applying'} the corrections run {run.run_id} "
             "planned before")
@@ -92,14 +99,13 @@ def correct_stage(
     ledger.add_stage(stage.output, panes, retractions, corrected_windows=corrected)
     say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, "
         f"{corrected:,} windows corrected{' (planned, not applied)' if plan_only else ''}")
-    return StageOutcome(plan is not None, results)
+    return StageOutcome(plan is not None and not recompute, results)
 
 
 def _store_plan(spark, spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame", run: Run,
-                owned: EventRange | None, watermark: Instant, live: bool, input_version: int | None) -> Plan | None:
+                owned: EventRange | None, watermark: Instant, live: bool) -> Plan | None:
     """Diff once and commit the plan (see `sinks.corrections_plan`); the plan as stored.
-    `input_version` None stores every window of a stage without results as a change, instead
-    of the version to recompute them from (a plan to preview lists its windows)."""
+    Every window of a stage without results is a change (a plan to preview lists them)."""
     current = current_results(spark, stage)
     changed = _changed(stage, finals, current, owned)
     if live:
@@ -107,9 +113,6 @@ def _store_plan(spark, spec: PipelineSpec, stage: StageSpec, finals: "DataFrame"
         write_plan(spark, spec, stage, run_corrections(
             changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
             elements=elements, states=states), run.run_id)
-    elif current is None and input_version is not None:  # every window a change, computed from the input
-        write_recompute(spark, spec, stage, changed, watermark, input_version, run.run_id)
-        return Plan(None, watermark, True, input_version)
     else:
         # without results, every recomputed window is a change
         write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)

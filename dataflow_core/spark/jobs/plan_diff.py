@@ -35,9 +35,6 @@ def store_previews(spark: "SparkSession", spec: PipelineSpec, run: Run, versions
         plan = read_plan(spark, stage, run.run_id)
         if plan is None:
             continue
-        if plan.input_version is not None:
-            raise DataflowError(f"run {run.run_id}'s plan for {stage.output} recomputes every window from the "
-                                "input; it lists no windows to preview")
         kept: list["DataFrame"] = []
         rows = _preview(spark, stage, planned_corrections(stage, plan, None, None, run, kept),
                         versions.get(stage.output, -1))

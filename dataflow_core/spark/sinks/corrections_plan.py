@@ -15,12 +15,11 @@ What is stored depends on what the corrections follow from:
   pane and results row;
 - with live state, the corrections (`'pane'`, `'result'`, `'state'` rows): they also depend
   on the live state and the input, which the run itself rewrites;
-- for a stage with neither results nor live state (a pipeline's first backfill), one row
-  (`kind = 'recompute'`) with the version of the input the run reads: every window it
-  computes is a change, and a resumed run computes them again from the input as of that
-  version, so nothing per window needs storing (the run's own writes, which make the
-  results exist, cannot change what it plans). A plan made for approval (`--plan-only`)
-  stores the changed windows instead, so that its preview can list them.
+- for a first stage with neither results nor live state when the run took its hold (a
+  pipeline's first backfill), nothing: every window it computes is a change, and a resumed
+  run computes them again from the input version its hold pinned (`Plan.input_version`), so
+  the hold's record is the plan (`jobs.corrections`). A plan made for approval
+  (`--plan-only`) stores the changed windows instead, so that its preview can list them.
 
 A plan made for approval also stores its preview (`kind = 'preview'`, one row per window it
 changes: `old_value`, `new_value`, `preview_panes`, `preview_retractions`; written by
@@ -48,11 +47,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 CHANGE = "change"
-RECOMPUTE = "recompute"
 PREVIEW = "preview"
 WATERMARK = "planned_watermark"
 EVERY_WINDOW = "planned_every_window"
-INPUT_VERSION = "planned_input_version"
 
 
 @dataclass(frozen=True)
@@ -60,8 +57,9 @@ class Plan:
     """A run's stored plan: the corrections (`watermark` None), or the changed windows
     (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`;
     `every_window`: they are every window the run recomputed (the stage had no results).
-    With `input_version`, no rows are stored (`rows` None): every window recomputed from the
-    input as of that version is a change."""
+    With `input_version`, nothing is stored (`rows` None): every window recomputed from the
+    input as of that version is a change (a first stage without results, see the module
+    docstring)."""
 
     rows: "DataFrame | None"
     watermark: Instant | None = None
@@ -80,13 +78,13 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     name = plan_table(stage)
     if not table_exists(spark, name):
         return None
-    plan = read_table(spark, name).where((F.col("run_id") == run_id) & (F.col("kind") != PREVIEW)).drop("run_id")
-    marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW, INPUT_VERSION) if c in plan.columns]
+    # 'recompute' rows were a first backfill's plan before its hold's record was (same content)
+    kinds = ~F.col("kind").isin(PREVIEW, "recompute")
+    plan = read_table(spark, name).where((F.col("run_id") == run_id) & kinds).drop("run_id")
+    marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW) if c in plan.columns]
     first = plan.select(*marks).limit(1).collect()
     if not first:
         return None
-    if first[0]["kind"] == RECOMPUTE:
-        return Plan(None, first[0][WATERMARK], True, first[0][INPUT_VERSION])
     if first[0]["kind"] != CHANGE:
         return Plan(plan)
     return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK],
@@ -113,21 +111,6 @@ def write_changes(
     rows = changes.select(*stage.key_columns, *CORRECTION_COLUMNS, F.lit(CHANGE).alias("kind"),
                           F.lit(watermark).cast("bigint").alias(WATERMARK), F.lit(every_window).alias(EVERY_WINDOW))
     write_plan(spark, spec, stage, rows, run_id)
-
-
-def write_recompute(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, changes: "DataFrame", watermark: Instant,
-    input_version: int, run_id: str,
-) -> None:
-    """Store the plan to correct, at `watermark`, every window computed from the input as of
-    `input_version` (the stage has neither results nor live state): one row, typed as the
-    changes (`CORRECTION_COLUMNS`) so that other runs' plans share the table's layout."""
-    from pyspark.sql import functions as F
-
-    typed = [F.lit(None).cast(t).alias(c) for c, t in changes.select(*stage.key_columns, *CORRECTION_COLUMNS).dtypes]
-    row = spark.range(1).select(*typed, F.lit(RECOMPUTE).alias("kind"), F.lit(watermark).cast("bigint").alias(WATERMARK),
-                                F.lit(True).alias(EVERY_WINDOW), F.lit(input_version).cast("bigint").alias(INPUT_VERSION))
-    write_plan(spark, spec, stage, row, run_id)
 
 
 def write_preview(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rows: "DataFrame", run_id: str) -> None:
