@@ -89,10 +89,11 @@ def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:
     """The stage's `Wake` as of its state table's latest version (None before the first
     batch). A version's contents never change, so the state is read once per version, not
     at every interval of an idle `--loop` that asks whether anything is due. It is read on
-    the driver through delta-rs, two columns and no Spark job: through Spark, Delta's
+    the driver through delta-rs, three columns and no Spark job: through Spark, Delta's
     snapshot of the new version and the query cost some 6 s of a `--loop`'s 2 cores after
     every batch (docs/spark-runner.md, Performance). A table delta-rs cannot read (deletion
-    vectors) or in an older format is read through Spark, which names what is wrong."""
+    vectors) or holding state of a format this build cannot read is read through Spark, which
+    names what is wrong."""
     import pyarrow.compute as pc
     from deltalake.exceptions import DeltaProtocolError
 
@@ -106,9 +107,11 @@ def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:
         return cached[1]
     current = {"state_version", *WAKE_COLUMNS} <= {field.name for field in table.schema().fields}
     try:
-        found = driver_delta.read(table, WAKE_COLUMNS) if current else None
+        found = driver_delta.read(table, (*WAKE_COLUMNS, "state_version")) if current else None
     except DeltaProtocolError:
         found = None
+    if found is not None and not set(pc.unique(found["state_version"]).to_pylist()) <= set(READABLE_VERSIONS):
+        found = None  # state this build cannot read: refused through Spark, with the table's name
     if found is None:
         wake = _wake_through_spark(spark, stage, identity[1])
     else:
