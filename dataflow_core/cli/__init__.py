@@ -62,6 +62,12 @@ def _register_unavailable(sub: argparse._SubParsersAction, name: str, missing: s
     p.set_defaults(func=fail)
 
 
+def _concurrent(exc: BaseException) -> str:
+    """The busy line of a commit Delta refused because another run wrote the same table first."""
+    return (f"another run wrote the same table at the same moment ({first_line(exc)[:300]}); nothing of this "
+            "run's last commit was written: run it again (or with --wait); --verbose shows the trace")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -79,7 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DataflowError as exc:
         if args.verbose:
             raise
-        if isinstance(exc, ConcurrentCommit):
+        if isinstance(exc, ConcurrentCommit):  # a delta-rs commit refused, as Delta's below
             print(f"dataflow {args.command}: busy: {_concurrent(exc)}", file=sys.stderr)
             return BUSY_EXIT
         for line in str(exc).splitlines() or [""]:  # a pipeline's mistakes: one line each
@@ -105,8 +111,3 @@ def main(argv: Sequence[str] | None = None) -> int:
 if __name__ == "__main__":
     sys.exit(main())
 
-
-def _concurrent(exc: BaseException) -> str:
-    """The busy line of a commit Delta refused because another run wrote the same table first."""
-    return (f"another run wrote the same table at the same moment ({first_line(exc)[:300]}); nothing of this "
-            "run's last commit was written: run it again (or with --wait); --verbose shows the trace")

@@ -1,9 +1,9 @@
 """`<pipeline>__quarantine`: the input rows a pipeline refused, each with its reasons.
 
 One table per pipeline (two pipelines of one input never write the same table, so their
-writes cannot conflict), one writer for backfills, micro-batches and the input gate. Each
-row is kept once (`row_id`), whatever the retries; columns added to the input later are added to
-the table (schema evolution), so a changed input never wedges a run.
+writes cannot conflict), one writer for backfills, micro-batches and the input gate. Every
+row carries its `row_id`, and no retry writes it twice; columns added to the input later are
+added to the table (schema evolution), so a changed input never wedges a run.
 
 Runs that read a range (backfills, the input gate) MERGE on `row_id`: running one again, or
 another over the same rows, finds its rows there. A micro-batch appends under its batch's
@@ -34,9 +34,9 @@ def write_quarantine(
     spark: "SparkSession", spec: PipelineSpec, bad: "DataFrame", run_id: str, txn: Txn | None = None,
     per_delivery: bool = False,
 ) -> None:
-    """Bad rows (input columns and `quarantine_reason`) into `<pipeline>__quarantine`, each
-    row once (`row_id`), whatever the retries. `per_delivery`: the rows are a micro-batch's,
-    delivered to it alone, and are appended under `txn` (see the module's docstring)."""
+    """Bad rows (input columns and `quarantine_reason`) into `<pipeline>__quarantine`, none
+    twice whatever the retries: MERGEd on `row_id`, or with `per_delivery` (the rows are a
+    micro-batch's, delivered to it alone) appended under `txn` (see the module's docstring)."""
     from pyspark.sql import functions as F
 
     name = quarantine_table(spec)
