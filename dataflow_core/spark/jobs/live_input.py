@@ -17,6 +17,7 @@ from dataflow_core.spark.input.rows import elements, quarantined, read_counts, t
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed
+from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
 from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_configured
 from dataflow_core.spark.platform.session import COMPILED_SQL
 from dataflow_core.spark.sinks.batches import BatchRecord
@@ -36,16 +37,27 @@ class Accepted:
     """A batch's elements (None for a tick); the least and greatest event time of the valid
     rows that arrived, duplicates included, which is what the watermark estimator observes
     (rows a backfill counted before the stream delivered them are duplicates, and still tell
-    how far event time has come); and the cache the elements are read from, to release once
-    the batch is done."""
+    how far event time has come); the writes of its bad rows and seen ids, under way while
+    the stages run (they read neither table's new rows); and the caches they and the
+    elements are read from, to release once the batch is done."""
 
     elements: "DataFrame | None"
     arrived: tuple[Instant, Instant] | tuple[()]
-    cached: "DataFrame | None"
+    cached: tuple["DataFrame", ...] = ()
+    writes: Writes | None = None
 
-    def release(self) -> None:
-        if self.cached is not None:
-            self.cached.unpersist()
+    def release(self, failed: bool = False) -> None:
+        """Wait for the writes, then free the caches. After the batch `failed`, a failed
+        write is not raised (the batch's own failure is the one to report)."""
+        try:
+            if self.writes is not None:
+                self.writes.wait()
+        except Exception:
+            if not failed:
+                raise
+        finally:
+            for df in self.cached:
+                df.unpersist()
 
 
 def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", rec: BatchRecord,
@@ -57,7 +69,7 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
 
     if rows is None:
         crash_point("deduplicated")
-        return Accepted(None, (), None)
+        return Accepted(None, ())
     if spec.where:
         rows = rows.where(F.expr(spec.where))
     tagged = persist_uncompressed(tag_rows(spark, spec, rows))
@@ -75,15 +87,21 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
             F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
             F.count_if(F.col("_seen").isNull()).alias("new")))
     ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
-    if ledger.quarantined:
-        write_quarantine(spark, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"), per_delivery=True)
-    crash_point("quarantined")
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
     els = candidates.where(F.col("_seen").isNull()).drop("_seen")
     ledger.accepted = int(stats["new"])
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
-    remember_ids(spark, spec, els, rec.batch, txn(seen_table(spec)), expire_below, unseen=True)
-    tagged.unpersist()
-    crash_point("deduplicated")
-    return Accepted(els, arrived, candidates)
+
+    def bad_rows(session: "SparkSession") -> None:
+        write_quarantine(session, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"), per_delivery=True)
+        crash_point("quarantined")
+
+    def seen_ids(session: "SparkSession") -> None:
+        remember_ids(session, spec, els, rec.batch, txn(seen_table(spec)), expire_below, unseen=True)
+        crash_point("deduplicated")
+
+    if not ledger.quarantined:
+        crash_point("quarantined")
+    writes = begin_writes(spark, [seen_ids, bad_rows] if ledger.quarantined else [seen_ids])
+    return Accepted(els, arrived, (candidates, tagged), writes)

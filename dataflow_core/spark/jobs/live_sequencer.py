@@ -212,12 +212,16 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
         live_stage.write_stage(spark, current, counts, rec, txn)
         say(f"  {current.stage.output}: {counts.panes:,} panes, {counts.retractions:,} retractions")
 
-    watermarks = run_chain(
-        spec, arrivals, schedule,
-        lambda stage, stage_arrivals, stage_schedule, first: live_stage.run_woken_keys(
-            spark, spec, stage, stage_arrivals, stage_schedule, rec, first),
-        write, ledger, start=lambda stage: prev_wms.get(stage.output, BEGINNING_OF_TIME))
-    accepted.release()
+    try:
+        watermarks = run_chain(
+            spec, arrivals, schedule,
+            lambda stage, stage_arrivals, stage_schedule, first: live_stage.run_woken_keys(
+                spark, spec, stage, stage_arrivals, stage_schedule, rec, first),
+            write, ledger, start=lambda stage: prev_wms.get(stage.output, BEGINNING_OF_TIME))
+    except BaseException:
+        accepted.release(failed=True)
+        raise
+    accepted.release()  # the input's writes, under way while the stages ran, done
     return ledger, {"input": new_wm, **watermarks}, estimator
 
 

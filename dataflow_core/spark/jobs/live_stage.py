@@ -21,6 +21,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.stage_chain import StageCounts, StageOutput
 from dataflow_core.spark.platform.cache import persist_uncompressed
+from dataflow_core.spark.platform.concurrent_writes import write_at_once
 from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_configured
 from dataflow_core.spark.platform.session import COMPILED_SQL
 from dataflow_core.spark.platform.tables import read_table
@@ -72,20 +73,32 @@ def run_woken_keys(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, 
 def write_stage(spark: "SparkSession", current: StageOutput, counts: StageCounts, rec: BatchRecord,
                 txn: Callable[[str], Txn]) -> None:
     """The stage's panes (when it emitted any), results and state, each under this batch's
-    idempotent key."""
+    idempotent key, written at once (`platform.concurrent_writes`)."""
     stage, run_id = current.stage, f"batch-{rec.batch}"
     panes = current.out.where("kind = 'pane'")
     emitted = counts.panes + counts.retractions > 0
-    if emitted:
-        write_panes(spark, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
-    crash_point(f"{stage.output}-panes")
-    if stage.keeps_results and emitted:
-        with settings_unless_configured(spark, COMPILED_SQL):  # the results grow with history
-            write_results(spark, stage, panes, run_id, txn=txn(stage.output), continues=True,
-                          window_end_from=counts.first_window_end)
-    crash_point(f"{stage.output}-results")
-    write_state(spark, stage, current.out, rec.batch, txn(state_table(stage)))
-    crash_point(f"{stage.output}-state")
+
+    def pane_log(session: "SparkSession") -> None:
+        if emitted:
+            write_panes(session, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
+        crash_point(f"{stage.output}-panes")
+
+    def results(session: "SparkSession") -> None:
+        if stage.keeps_results and emitted:
+            with settings_unless_configured(session, COMPILED_SQL):  # the results grow with history
+                write_results(session, stage, panes, run_id, txn=txn(stage.output), continues=True,
+                              window_end_from=counts.first_window_end)
+        crash_point(f"{stage.output}-results")
+
+    def state(session: "SparkSession") -> None:
+        write_state(session, stage, current.out, rec.batch, txn(state_table(stage)))
+        crash_point(f"{stage.output}-state")
+
+    writes = [results] if emitted and stage.keeps_results else []
+    writes += [state, *([pane_log] if emitted else [])]
+    write_at_once(spark, writes)
+    for skipped in {pane_log, results} - set(writes):
+        skipped(spark)  # writes nothing: its crash point only
 
 
 def _taken_over(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rec: BatchRecord,

@@ -97,12 +97,16 @@ def _missing_table(spark: "SparkSession", name: str) -> DataflowError:
     )
 
 
+REGISTERED = "spark.dataflow.table."
+"""Prefix of the session setting that marks a table this session registered (at a path)."""
+
+
 def register_table(spark: "SparkSession", name: str) -> None:
     """Make `name` usable in SQL, pointing at `<warehouse>/<name>` (re-pointed if it moved)."""
     path = table_path(spark, name)
     if not table_exists(spark, name):
         raise _missing_table(spark, name)
-    registered_key = f"spark.dataflow.table.{name}"
+    registered_key = f"{REGISTERED}{name}"
     if spark.conf.get(registered_key, None) == path:
         return  # registered by this session at this path (`drop_table` forgets it)
     if spark.catalog.tableExists(name):
@@ -133,7 +137,7 @@ def drop_table(spark: "SparkSession", name: str) -> bool:
     existed. Its Delta transaction ids go with it, so a table made again starts afresh."""
     if spark.catalog.tableExists(name) and spark.catalog.getTable(name).tableType == "EXTERNAL":
         spark.sql(f"DROP TABLE `{name}`")
-    spark.conf.unset(f"spark.dataflow.table.{name}")
+    spark.conf.unset(f"{REGISTERED}{name}")
     return drop_path(spark, table_path(spark, name))
 
 
