@@ -41,7 +41,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.plan_diff import store_previews
-from dataflow_core.spark.jobs.range_input import range_elements, read_range
+from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
@@ -183,7 +183,23 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
 
 def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
                planned: list[StageSpec], version: int, plan_only: bool) -> Ledger:
-    """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does)."""
+    """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does).
+    The range's bad rows are written while its windows are computed and written
+    (`range_input.read_range`)."""
+    reads: list[RangeRead] = []
+    try:
+        ledger = _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, reads)
+    except BaseException:
+        for read in reads:
+            read.wait(failed=True)
+        raise
+    return ledger
+
+
+def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say, planned: list[StageSpec],
+                 version: int, plan_only: bool, reads: list[RangeRead]) -> Ledger:
+    """`_corrected`'s work; the range's read is added to `reads`, waited for before its
+    cache goes."""
     from pyspark.sql import functions as F
 
     run = hold.run
@@ -196,7 +212,9 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            els, cached = read_range(spark, spec, span, read_span, run, ledger, say, version, quarantine=not plan_only)
+            reads.append(read_range(spark, spec, span, read_span, run, ledger, say, version,
+                                    quarantine=not plan_only))
+            els, cached = reads[0].elements, reads[0].cached
         else:
             els = cached = range_elements(spark, spec, read_span, version)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
@@ -209,6 +227,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
         say(f"a merged window reaches the edge of the rows read; widening the read by "
             f"{2 * max(before, after) // 60000} min")
         finals.unpersist()
+        reads[0].wait()
         cached.unpersist()
         before, after = 2 * max(before, wfn.reach), 2 * max(after, wfn.reach)
     else:
@@ -226,6 +245,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     if outcome.planned:
         planned.append(first)
     finals.unpersist()
+    reads[0].wait()
     cached.unpersist()
     _later_stages(spark, spec, hold, ledger, fast, say, planned, plan_only, outcome.results)
     return ledger

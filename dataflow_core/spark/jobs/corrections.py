@@ -33,6 +33,7 @@ from dataflow_core.spark.execute.keyed_stage import KeyCodec
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform.cache import persist_uncompressed
+from dataflow_core.spark.platform.concurrent_writes import write_at_once
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan
@@ -84,6 +85,8 @@ def correct_stage(
     crash_point(f"{stage.output}-planned")
     kept: list["DataFrame"] = []
     out = planned_corrections(stage, plan, finals, owned, run, kept)
+    if out is not None:  # counted, then read by each write: the model's corrections run once
+        kept.append(out := persist_uncompressed(out))
     counts = _counts(out)
     results = None
     if counts is None:  # nothing changed (a range without input, say)
@@ -154,23 +157,35 @@ def _counts(out: "DataFrame | None") -> dict | None:
 
 def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run: Run, say,
            every: EventRange | None, live: bool) -> None:
-    """Apply the corrections: pane log, results, live state, seen ids, each under the run's key."""
+    """Apply the corrections: pane log, results, live state, seen ids, each under the run's
+    key, written at once (`platform.concurrent_writes`: a resumed run applies the same plan
+    and skips whichever of them already committed)."""
     # Appended under the run's idempotent key, as the state is: a resumed run applies the
     # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
-    write_panes(spark, stage, out.where("kind = 'pane'"), run.run_id,
-                txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
-    crash_point(f"{stage.output}-corrected-panes")
-    if stage.keeps_results:
-        write_results(spark, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
+    def pane_log(session: "SparkSession") -> None:
+        write_panes(session, stage, out.where("kind = 'pane'"), run.run_id,
+                    txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
+        crash_point(f"{stage.output}-corrected-panes")
+
+    def results(session: "SparkSession") -> None:
+        write_results(session, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
                       txn=(f"dataflow:{spec.name}:{stage.output}:{run.run_id}", 0))
-    crash_point(f"{stage.output}-corrected-results")
-    if live:
-        write_state(spark, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
+        crash_point(f"{stage.output}-corrected-results")
+
+    def state(session: "SparkSession") -> None:
+        write_state(session, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-state")
         say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
-    if stage is spec.stages[0]:  # live or not yet: the first micro-batch takes these windows over
-        _mark_seen(spark, spec, stage, out, elements, run.run_id, every)
+
+    def seen(session: "SparkSession") -> None:  # live or not yet: the first micro-batch takes these windows over
+        _mark_seen(session, spec, stage, out, elements, run.run_id, every)
         crash_point(f"{stage.output}-corrected-seen")
+
+    writes = [results] if stage.keeps_results else []
+    writes += [w for w, needed in ((seen, stage is spec.stages[0]), (pane_log, True), (state, live)) if needed]
+    write_at_once(spark, writes)
+    if not stage.keeps_results:
+        crash_point(f"{stage.output}-corrected-results")
 
 
 def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None", owned: EventRange | None) -> "DataFrame":

@@ -51,10 +51,7 @@ class Accepted:
         write is not raised (the batch's own failure is the one to report)."""
         try:
             if self.writes is not None:
-                self.writes.wait()
-        except Exception:
-            if not failed:
-                raise
+                self.writes.wait(failed)
         finally:
             for df in self.cached:
                 df.unpersist()

@@ -3,11 +3,13 @@ quarantined and the run's ledger filled in.
 
 One pass over the input makes the elements, with the refused rows of the range beside them
 (quarantined from there, not from a second read) and, on each element, how many deliveries
-of its event the range holds: the ledger's counts, without a pass of their own.
+of its event the range holds: the ledger's counts, without a pass of their own. The bad rows
+are written while the run goes on with its windows (`platform.concurrent_writes`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
@@ -15,6 +17,7 @@ from dataflow_core.spark.input.rows import (
     DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
 )
 from dataflow_core.spark.platform.cache import persist_uncompressed
+from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
 from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger, Run
 
@@ -28,15 +31,31 @@ def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: in
     return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))))
 
 
+@dataclass
+class RangeRead:
+    """A range's elements; the persisted DataFrame they are read from (to unpersist when
+    done with them, after `writes`); and the write of its bad rows, under way (None when
+    there is none)."""
+
+    elements: "DataFrame"
+    cached: "DataFrame"
+    writes: Writes | None = None
+
+    def wait(self, failed: bool = False) -> None:
+        """The bad rows written (`Writes.wait`)."""
+        if self.writes is not None:
+            self.writes.wait(failed)
+
+
 def read_range(
     spark, spec: PipelineSpec, span: EventRange, read_span: EventRange, run: Run, ledger: Ledger, say,
     version: int | None = None, quarantine: bool = True,
-) -> tuple["DataFrame", "DataFrame"]:
+) -> RangeRead:
     """The elements of `read_span` (a widening of `span`; in the input as of `version`, else
-    its latest), and the persisted DataFrame they are read from (to unpersist when done with
-    them). The rows of `span` fill in the ledger (read, quarantined, accepted, duplicates),
-    and its bad rows are quarantined (unless `quarantine` is false: a plan writes nothing
-    but itself)."""
+    its latest). The rows of `span` fill in the ledger (read, quarantined, accepted,
+    duplicates), and its bad rows are quarantined (unless `quarantine` is false: a plan
+    writes nothing but itself), in the background: the caller waits for that write
+    (`RangeRead.wait`) before it unpersists the cache."""
     from pyspark.sql import functions as F
 
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
@@ -51,6 +70,8 @@ def read_range(
     ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
     say(f"read {ledger.read:,} rows of {spec.input_table} in the range, {ledger.quarantined:,} quarantined "
         f"(table {quarantine_table(spec)})")
+    writes = None
     if ledger.quarantined and quarantine:
-        write_quarantine(spark, spec, both.where(~element).select(f"{REFUSED}.*"), run.run_id)
-    return both.where(element).drop(REFUSED, DELIVERIES), both
+        bad = both.where(~element).select(f"{REFUSED}.*")
+        writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, bad, run.run_id)])
+    return RangeRead(both.where(element).drop(REFUSED, DELIVERIES), both, writes)

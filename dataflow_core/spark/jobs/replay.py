@@ -34,15 +34,27 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
                  say: Callable[[str], None], version: int | None = None) -> Ledger:
     """The range's input (as of `version`, the one the run's hold pinned) replayed in
     arrival order; returns the ledger."""
+    ledger = Ledger()
+    read = read_range(spark, spec, span, span, run, ledger, say, version)
+    try:
+        _replay(spark, spec, interval, run, say, ledger, read.elements)
+    except BaseException:
+        read.wait(failed=True)
+        raise
+    read.wait()
+    read.cached.unpersist()
+    return ledger
+
+
+def _replay(spark: "SparkSession", spec: PipelineSpec, interval: int, run: Run, say: Callable[[str], None],
+            ledger: Ledger, els) -> None:
+    """`replay_range` once its input is read: `els`, its elements."""
     from pyspark.sql import functions as F
 
-    ledger = Ledger()
-    els, cached = read_range(spark, spec, span, span, run, ledger, say, version)
     unique = ledger.accepted
     if not unique:
         say("no accepted rows in the range; nothing to replay")
-        cached.unpersist()
-        return ledger
+        return
     # the ids it counted: a micro-batch taking the pipeline live later takes its windows over
     remember_ids(spark, spec, els, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run.run_id}", 0))
     t0_row = els.agg(F.min("ingest_ms").alias("t0"), F.max("ingest_ms").alias("t1")).first()
@@ -85,5 +97,3 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
             f"({written:,} new in {stage.output}_panes)")
 
     run_chain(spec, arrivals, schedule, run_one, write, ledger)
-    cached.unpersist()
-    return ledger

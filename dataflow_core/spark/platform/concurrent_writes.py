@@ -57,18 +57,19 @@ class Writes:
         for thread in self._threads:
             thread.start()
 
-    def wait(self) -> list:
+    def wait(self, failed: bool = False) -> list:
         """Their results in order, once every write has ended; the first failure in order
-        is raised (the others still ran to their end)."""
+        is raised (the others still ran to their end), unless the caller `failed` itself:
+        its own failure is then the one to report."""
         for thread in self._threads:
             thread.join()
         for session in self._sessions:
             _keep_registrations(self._spark, session)
         self._sessions = []
-        failed = next((f.exception() for f in self._futures if f.exception() is not None), None)
-        if failed is not None:
-            raise failed
-        return [f.result() for f in self._futures]
+        failure = next((f.exception() for f in self._futures if f.exception() is not None), None)
+        if failure is not None and not failed:
+            raise failure
+        return [None if f.exception() is not None else f.result() for f in self._futures]
 
 
 def begin_writes(spark: "SparkSession", writes: Sequence[Callable[["SparkSession"], T]]) -> Writes:

@@ -9,6 +9,7 @@ session settings, unset right after.
 
 from __future__ import annotations
 
+import threading
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
 
@@ -49,11 +50,29 @@ def settings_unless_configured(spark: "SparkSession", settings: dict[str, str]) 
     return session_settings(spark, unless_configured(spark, settings))
 
 
-def idempotent(spark: "SparkSession", txn: Txn | None) -> ContextManager[None]:
-    """Delta's session settings for an idempotent MERGE under `txn` (none when None)."""
-    keys = {} if txn is None else {"spark.databricks.delta.write.txnAppId": txn[0],
-                                   "spark.databricks.delta.write.txnVersion": str(txn[1])}
-    return session_settings(spark, keys)
+@contextmanager
+def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
+    """Delta's session settings for an idempotent MERGE (or CREATE TABLE AS SELECT) under
+    `txn` (none when None). Delta reads the key from the session, so commands under a key
+    in one session take turns (`concurrent_writes` gives each write a session of its own,
+    but a CREATE TABLE AS SELECT runs in its rows' session)."""
+    if txn is None:
+        yield
+        return
+    keys = {"spark.databricks.delta.write.txnAppId": txn[0], "spark.databricks.delta.write.txnVersion": str(txn[1])}
+    with _session_lock(spark), session_settings(spark, keys):
+        yield
+
+
+_locks: dict[int, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _session_lock(spark: "SparkSession") -> threading.Lock:
+    """One lock per Spark session of this process (however many Python objects wrap it)."""
+    identity = int(spark.sparkContext._jvm.System.identityHashCode(spark._jsparkSession))
+    with _locks_guard:
+        return _locks.setdefault(identity, threading.Lock())
 
 
 def idempotent_writer(writer: "DataFrameWriter", txn: Txn | None) -> "DataFrameWriter":
