@@ -69,6 +69,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,8 +232,9 @@ class PhaseClock:
     """Where a batch's time goes, timed from outside the library: chosen functions of
     dataflow_core are wrapped (those missing in the library as it stands are skipped) and
     each outermost call is recorded as an interval; calls inside a timed call count as its
-    time. Progress messages mark stretches; what no wrapped call covers in a stretch is
-    named after the stretch."""
+    time (per thread: the writes a batch makes at once are each timed, and overlap).
+    Progress messages mark stretches; what no wrapped call covers in a stretch is named
+    after the stretch."""
 
     TARGETS = (
         ("dataflow_core.spark.jobs.live_sequencer", "records", "read dataflow_batches"),
@@ -248,7 +250,7 @@ class PhaseClock:
 
     def __init__(self) -> None:
         self.t0: float | None = None
-        self.depth = 0
+        self.local = threading.local()  # .depth: this thread's timed calls under way
         self.calls: list[tuple[float, float, str]] = []
         self.marks: list[tuple[float, str]] = []
         self.missing: list[str] = []
@@ -265,15 +267,15 @@ class PhaseClock:
 
     def _wrap(self, f, label):
         def timed(*args, **kwargs):
-            if self.t0 is None or self.depth:
+            if self.t0 is None or getattr(self.local, "depth", 0):
                 return f(*args, **kwargs)
             name = label or f"MERGE {kwargs.get('name', args[1] if len(args) > 1 else '?')}"
-            self.depth += 1
+            self.local.depth = 1
             start = time.perf_counter()
             try:
                 return f(*args, **kwargs)
             finally:
-                self.depth -= 1
+                self.local.depth = 0
                 self.calls.append((start - self.t0, time.perf_counter() - self.t0, name))
 
         return timed
@@ -292,9 +294,18 @@ class PhaseClock:
         bounds = [0.0] + [t for t, _ in self.marks] + [total]
         names = [_stretch(m) for _, m in self.marks] + ["finish: last writes, stream commit (rest)"]
         for (a, b), name in zip(zip(bounds, bounds[1:]), names):
-            covered = sum(max(0.0, min(b, y) - max(a, x)) for x, y, _ in self.calls)
-            out[name] = out.get(name, 0.0) + (b - a - covered)
+            out[name] = out.get(name, 0.0) + (b - a - _covered(a, b, [(x, y) for x, y, _ in self.calls]))
         return {k: round(v, 3) for k, v in out.items()}
+
+
+def _covered(a: float, b: float, spans: list[tuple[float, float]]) -> float:
+    """How much of [a, b] the spans cover (their union: calls made at once overlap)."""
+    covered, reach = 0.0, a
+    for x, y in sorted(spans):
+        x, y = max(x, reach), min(y, b)
+        if y > x:
+            covered, reach = covered + y - x, y
+    return covered
 
 
 def _stretch(message: str) -> str:
