@@ -186,35 +186,33 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does).
     The range's bad rows are written while its windows are computed and written
     (`range_input.read_range`)."""
-    reads: list[RangeRead] = []
+    ledger = Ledger()
+    read = read_range(spark, spec, span, span.widened(*_margins(spec.stages[0].strategy.window_fn)), hold.run,
+                      ledger, say, version, quarantine=not plan_only)
     try:
-        ledger = _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, reads)
+        _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, ledger, read)
     except BaseException:
-        for read in reads:
-            read.wait(failed=True)
+        read.wait(failed=True)
         raise
     return ledger
 
 
 def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say, planned: list[StageSpec],
-                 version: int, plan_only: bool, reads: list[RangeRead]) -> Ledger:
-    """`_corrected`'s work; the range's read is added to `reads`, waited for before its
-    cache goes."""
+                 version: int, plan_only: bool, ledger: Ledger, read: RangeRead) -> None:
+    """`_corrected`'s work once the range is `read` (its bad rows waited for before its
+    cache goes), then the later stages'."""
     from pyspark.sql import functions as F
 
     run = hold.run
     live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
     first = spec.stages[0]
     wfn = first.strategy.window_fn
-    ledger = Ledger()
     before, after = _margins(wfn)
     finals = None
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
         if attempt == 0:
-            reads.append(read_range(spark, spec, span, read_span, run, ledger, say, version,
-                                    quarantine=not plan_only))
-            els, cached = reads[0].elements, reads[0].cached
+            els, cached = read.elements, read.cached
         else:
             els = cached = range_elements(spark, spec, read_span, version)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
@@ -227,7 +225,7 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
         say(f"a merged window reaches the edge of the rows read; widening the read by "
             f"{2 * max(before, after) // 60000} min")
         finals.unpersist()
-        reads[0].wait()
+        read.wait()
         cached.unpersist()
         before, after = 2 * max(before, wfn.reach), 2 * max(after, wfn.reach)
     else:
@@ -245,10 +243,9 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
     if outcome.planned:
         planned.append(first)
     finals.unpersist()
-    reads[0].wait()
+    read.wait()
     cached.unpersist()
     _later_stages(spark, spec, hold, ledger, fast, say, planned, plan_only, outcome.results)
-    return ledger
 
 
 def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, say, planned: list[StageSpec],

@@ -27,7 +27,7 @@ from dataflow_core.spark.sinks.runs import Ledger, Run, record_watermarks
 from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 
 def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, interval: int, run: Run,
@@ -47,7 +47,7 @@ def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, in
 
 
 def _replay(spark: "SparkSession", spec: PipelineSpec, interval: int, run: Run, say: Callable[[str], None],
-            ledger: Ledger, els) -> None:
+            ledger: Ledger, els: "DataFrame") -> None:
     """`replay_range` once its input is read: `els`, its elements."""
     from pyspark.sql import functions as F
 

@@ -64,15 +64,15 @@ def idempotent(spark: "SparkSession", txn: Txn | None) -> Iterator[None]:
         yield
 
 
-_locks: dict[int, threading.Lock] = {}
-_locks_guard = threading.Lock()
+_LOCKS = tuple(threading.Lock() for _ in range(64))
+"""Striped: a session's lock is chosen by its JVM identity, so however many Python objects
+wrap one session they share it, and the sessions a long `--loop` clones leave nothing
+behind (two sessions sharing a stripe only take turns when they need not)."""
 
 
 def _session_lock(spark: "SparkSession") -> threading.Lock:
-    """One lock per Spark session of this process (however many Python objects wrap it)."""
-    identity = int(spark.sparkContext._jvm.System.identityHashCode(spark._jsparkSession))
-    with _locks_guard:
-        return _locks.setdefault(identity, threading.Lock())
+    """The lock of this Spark session (see `_LOCKS`)."""
+    return _LOCKS[int(spark.sparkContext._jvm.System.identityHashCode(spark._jsparkSession)) % len(_LOCKS)]
 
 
 def idempotent_writer(writer: "DataFrameWriter", txn: Txn | None) -> "DataFrameWriter":
