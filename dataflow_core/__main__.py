@@ -1,5 +1,3 @@
-import sys
+from dataflow_core.cli import run
 
-from dataflow_core.cli import main
-
-sys.exit(main())
+run()

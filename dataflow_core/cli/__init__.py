@@ -7,9 +7,12 @@ sets `func` on its parser. Errors become one readable line unless `--verbose`.
 from __future__ import annotations
 
 import argparse
+import atexit
 import importlib
+import logging
+import os
 import sys
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from dataflow_core.errors import BUSY_EXIT, ConcurrentCommit, DataflowError, PipelineBusy, first_line, is_concurrent
 
@@ -108,6 +111,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
+def run() -> NoReturn:
+    """The `dataflow` command as a process: `main`, then an exit that skips native libraries'
+    teardown. delta-rs (the driver's small control-table reads and commits) and Arrow keep
+    thread pools whose static destructors can abort a Python process at exit ("terminate
+    called without an active exception", SIGABRT) after every line has been printed and every
+    commit made (delta-io/delta-rs#2184; seen once in this suite, a backfill exiting busy).
+    The exit status is the run's, so `os._exit` follows Python's own at-exit work: logging
+    and the standard streams are flushed first. The Spark JVM needs nothing: it exits when
+    this process's end closes its stdin."""
+    code = main()
+    try:
+        atexit._run_exitfuncs()
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    finally:
+        os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
 
