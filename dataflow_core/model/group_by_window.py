@@ -39,11 +39,21 @@ __all__ = ["Element", "KeyedWindowSet", "OnTime", "WindowState", "in_end_order"]
 @dataclass(frozen=True)
 class Element:
     """One input: a value at an event time, or (from an upstream retracting stage) the
-    retraction of a value added earlier."""
+    retraction of a value added earlier.
+
+    `counted`: spans `[start, end)` of window starts whose windows already hold this element
+    (a backfill counted it in the windows its range owns, before the live pipeline took them
+    over); it goes into its other windows only. Windows that overlap (sliding ones) are why an
+    element can be counted in some of its windows and not others (docs/model.md)."""
 
     value: Any
     timestamp: Instant
     retraction: bool = False
+    counted: tuple[tuple[Instant, Instant], ...] = ()
+
+    def counted_in(self, window: Window) -> bool:
+        """Whether `window` already holds this element (see `counted`)."""
+        return any(lo <= window.start < hi for lo, hi in self.counted)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
@@ -93,6 +103,9 @@ class KeyedWindowSet:
         for el in elements:
             taken = False
             for w in s.window_fn.assign(AssignContext(self.key, el.value, el.timestamp)):
+                if el.counted and el.counted_in(w):
+                    taken = True  # counted there already: neither added again nor dropped
+                    continue
                 if s.is_late(w, watermark):
                     self.dropped_pairs += 1
                     continue

@@ -3,7 +3,7 @@
 
 The input DataFrame has the stage's key columns and `value`, `event_ms`, `retraction`,
 `seq` (array<bigint>, the step the element arrives at) and `at_ms` (that step's processing
-time). The output has one row per pane (`kind = 'pane'`, the pane codec's fields), per hold
+time), and may have `counted` (`COUNTED`). The output has one row per pane (`kind = 'pane'`, the pane codec's fields), per hold
 span (`'hold'`) and per key (`'stats'`: its elements, and the elements and element-window pairs it dropped), so a single pass
 gives the panes, the downstream watermark's inputs and the ledger; a resumable stage also
 gives each key's new state (`'state'`).
@@ -32,6 +32,9 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 ARRIVAL_COLUMNS = ("value", "event_ms", "retraction", "seq", "at_ms")
+COUNTED = "counted"
+"""An optional arrival column, array<struct<start: bigint, end: bigint>>: the spans of window
+starts whose windows already hold the element (`Element.counted`; `sinks.seen_ids`)."""
 
 OUTPUT_FIELDS = (
     "kind string, ordinal int, sub array<bigint>, window_start bigint, window_end bigint, "
@@ -137,9 +140,12 @@ def _element_arrivals(table: Any, codec: KeyCodec) -> list[Arrival]:
     decode = codec.decode_value or (lambda v: v)
     by_seq: dict[tuple, tuple[int, list[Element]]] = {}
     if cols is not None:
-        for value, ts, retraction, seq, at in zip(*(cols[c] for c in ARRIVAL_COLUMNS)):
+        counted = (table.column(COUNTED).to_pylist() if COUNTED in table.column_names
+                   else [None] * table.num_rows)
+        for value, ts, retraction, seq, at, spans in zip(*(cols[c] for c in ARRIVAL_COLUMNS), counted):
             slot = by_seq.setdefault(tuple(seq), (at, []))
-            slot[1].append(Element(decode(value), ts, bool(retraction)))
+            slot[1].append(Element(decode(value), ts, bool(retraction),
+                                   tuple((s["start"], s["end"]) for s in spans) if spans else ()))
     return [
         Arrival(seq, at, tuple(sorted(els, key=lambda e: (e.timestamp, e.retraction))))
         for seq, (at, els) in sorted(by_seq.items())

@@ -41,7 +41,7 @@ from dataflow_core.spark.sinks.live_state import read_states, state_table, write
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, result_rows, standing_panes, write_results
 from dataflow_core.spark.sinks.runs import Ledger, Run
-from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
+from dataflow_core.spark.sinks.seen_ids import overlapping, remember_ids, seen_table, with_owned_span
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -95,7 +95,7 @@ def correct_stage(
         results = persist_uncompressed(result_rows(stage, out.where("kind = 'result'"), run.run_id, one_per_window=True))
         results.count()
     else:
-        _write(spark, spec, stage, out, elements, run, say, owned if plan.every_window else None, live)
+        _write(spark, spec, stage, out, elements, run, say, owned if plan.every_window else None, live, owned)
     for df in kept:
         df.unpersist()
     panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
@@ -156,7 +156,7 @@ def _counts(out: "DataFrame | None") -> dict | None:
 
 
 def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run: Run, say,
-           every: EventRange | None, live: bool) -> None:
+           every: EventRange | None, live: bool, owned: EventRange | None) -> None:
     """Apply the corrections: pane log, results, live state, seen ids, each under the run's
     key, written at once (`platform.concurrent_writes`: a resumed run applies the same plan
     and skips whichever of them already committed)."""
@@ -178,7 +178,7 @@ def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elemen
         say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
 
     def seen(session: "SparkSession") -> None:  # live or not yet: the first micro-batch takes these windows over
-        _mark_seen(session, spec, stage, out, elements, run.run_id, every)
+        _mark_seen(session, spec, stage, out, elements, run.run_id, every, owned)
         crash_point(f"{stage.output}-corrected-seen")
 
     writes = [results] if stage.keeps_results else []
@@ -215,10 +215,12 @@ def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None",
 
 
 def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str,
-               every: EventRange | None) -> None:
+               every: EventRange | None, owned: EventRange | None) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
     seen ids (batch -1: a backfill's). `every`: the corrected windows are every window
-    starting in that range (the stage had no results)."""
+    starting in that range (the stage had no results). `owned`: the run's windows are those
+    starting in it, so where windows overlap, an element with windows outside it is
+    remembered as counted in the windows starting in it only (`seen_ids.OWNED`)."""
     from pyspark.sql import functions as F
 
     keys = list(stage.key_columns)
@@ -242,4 +244,6 @@ def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", el
             inside_window = [placed["event_ms"] >= windows["window_start"], placed["event_ms"] < windows["window_end"]]
         same_key = [placed[k].eqNullSafe(windows[f"_w_{k}"]) for k in keys]
         inside = placed.join(windows, [*same_key, *inside_window], "left_semi")
+    if owned is not None and overlapping(spec):
+        inside = with_owned_span(spec, inside, owned.start, owned.end)
     remember_ids(spark, spec, inside, -1, (f"dataflow:{spec.name}:{seen_table(spec)}:{run_id}", 0))

@@ -3,7 +3,9 @@
 Bad rows are quarantined with their reasons; a delivery of an event id an earlier batch (or a
 backfill) accepted is a duplicate (MillWheel's record-id dedup: ids are remembered in
 `<pipeline>__seen_ids` until a delivery would be too late anyway, `seen_ids.horizon`); the
-ids the batch accepts are remembered under its idempotent key.
+ids the batch accepts are remembered under its idempotent key. An id a backfill counted in
+some of its windows only (sliding windows across the backfill's edges, `seen_ids.OWNED`) is
+accepted for its other windows, and remembered as counted in all of them.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataflow_core.spark.platform.session import COMPILED_SQL
 from dataflow_core.spark.sinks.batches import BatchRecord
 from dataflow_core.spark.sinks.quarantine import write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger
-from dataflow_core.spark.sinks.seen_ids import remember_ids, seen_table
+from dataflow_core.spark.sinks.seen_ids import OWNED, counted_spans, overlapping, remember_ids, seen_table
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -73,7 +75,11 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     candidates = elements(spec, tagged)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
-        candidates = candidates.join(seen.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
+        spans = overlapping(spec) and OWNED[0] in seen.columns  # some ids counted in some windows only
+        everywhere = seen.where(F.col(OWNED[0]).isNull()) if spans else seen
+        candidates = candidates.join(everywhere.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
+        if spans:
+            candidates = counted_spans(spec, candidates, seen)
     else:
         candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
     # Planned (the cache) and run (the job) compiled, in the session of the stream's rows:

@@ -17,7 +17,7 @@ from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.runners.keyed import carried_hold_spans
 from dataflow_core.runners.schedule import HoldSpan, Schedule, downstream_schedule
-from dataflow_core.spark.execute.keyed_stage import HOLD_FIELDS, hold_span
+from dataflow_core.spark.execute.keyed_stage import COUNTED, HOLD_FIELDS, hold_span
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.sinks.runs import Ledger
@@ -58,11 +58,12 @@ WriteStage = Callable[[StageOutput, StageCounts, Schedule], None]
 
 def first_arrivals(els: "DataFrame", stage: StageSpec, seq: "Column", at_ms: "Column") -> "DataFrame":
     """The first stage's arrivals: the accepted elements, each with the sub-step it arrives
-    at (`seq`) and its processing time (`at_ms`)."""
+    at (`seq`) and its processing time (`at_ms`), and the windows that hold it already
+    (`counted`) where the elements say."""
     from pyspark.sql import functions as F
 
     return els.select(*stage.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
-                      seq.alias("seq"), at_ms.alias("at_ms"))
+                      seq.alias("seq"), at_ms.alias("at_ms"), *[c for c in (COUNTED,) if c in els.columns])
 
 
 def run_chain(spec: PipelineSpec, arrivals: "DataFrame | None", schedule: Schedule, run: RunStage,

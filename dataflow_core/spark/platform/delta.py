@@ -154,6 +154,17 @@ def read_as_of(spark: "SparkSession", name: str, version: int) -> "DataFrame | N
     return spark.read.format("delta").option("versionAsOf", version).load(table_path(spark, name))
 
 
+def add_columns(spark: "SparkSession", name: str, columns: dict[str, str]) -> None:
+    """Add to table `name` those of `columns` (name: SQL type) it lacks, nullable: the rows
+    it has read them as null. One commit, and only when a column is missing, so running it
+    again (a retried run) changes nothing."""
+    path = table_path(spark, name)
+    have = set(spark.read.format("delta").load(path).columns)
+    missing = ", ".join(f"`{c}` {t}" for c, t in columns.items() if c not in have)
+    if missing:
+        spark.sql(f"ALTER TABLE delta.`{path}` ADD COLUMNS ({missing})")
+
+
 def merge_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
     txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
