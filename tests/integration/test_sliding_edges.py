@@ -79,3 +79,17 @@ def test_two_adjacent_backfills_count_an_edge_event_once_in_each_of_its_windows(
     ledger = _go_live(spark, spec)
     assert (ledger["duplicates"], ledger["accepted"]) == (3, 0), ledger
     _assert_recomputed(spark, spec)
+
+
+def test_a_backfill_between_live_batches_counts_an_edge_event_once_in_each_of_its_windows(spark):
+    """Live first (a and c delivered), then b lands late in the input and May 1 is
+    backfilled: the backfill corrects May 1's windows with b, the next micro-batch delivers b
+    to its window from 00:00 only, and the figures are a recomputation's."""
+    spec = _sliding(f"t_slide3_{next(_names)}")
+    write_input(spark, spec.input_table, [ROWS[0], ROWS[2]])
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + DAY + 26 * M)).ledger_ok
+    write_input(spark, spec.input_table, [ROWS[1]], mode="append")
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + DAY + 30 * M)).ledger_ok
+    ledger = _go_live(spark, spec)
+    assert (ledger["duplicates"], ledger["accepted"]) == (0, 1), ledger  # b, for 00:00 on
+    _assert_recomputed(spark, spec)
