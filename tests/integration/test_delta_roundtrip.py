@@ -143,6 +143,22 @@ def test_merge_rows_creates_a_clustered_table_by_one_append_then_merges_under_th
     assert _rows(read_table(spark, "clustered_rows").select("k", "v")) == [(k, 10 * k) for k in range(2, 8)]
 
 
+def test_a_clustered_table_is_made_over_what_a_creation_killed_before_its_commit_left(spark):
+    """A process killed while it made a clustered table (CREATE TABLE AS SELECT) leaves its
+    folder: a log folder without a version, and data files. The next attempt makes the table
+    all the same (a CREATE TABLE AS SELECT alone refuses any folder that exists)."""
+    from dataflow_core.spark.platform.delta import merge_rows
+    from dataflow_core.spark.platform.tables import path_exists
+
+    path = table_path(spark, "killed_creation")
+    spark.range(3).write.parquet(f"{path}/_delta_log")  # a log folder, no version in it
+    spark.range(3).write.mode("append").parquet(path)  # data files no version names
+    assert path_exists(spark, f"{path}/_delta_log")
+    rows = spark.sql("SELECT id AS k, timestamp_millis(id * 1000) AS window_end, id AS v, false AS _delete "
+                     "FROM range(4)")
+    assert merge_rows(spark, "killed_creation", rows, ["k"], True, True, ("t", 0), cluster_by=("window_end",)) == 4
+    assert _rows(read_table(spark, "killed_creation").select("k", "v")) == [(k, k) for k in range(4)]
+
 
 def test_compact_caps_files_so_a_merge_of_recent_windows_rewrites_only_their_file(spark):
     """OPTIMIZE of a table clustered on `window_end` (a results table), with a file cap as

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
 from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.driver_delta import Txn
 from dataflow_core.spark.platform.tables import (
-    commit_info, register_table, snapshot_version, table_exists, table_path,
+    commit_info, drop_path, register_table, snapshot_version, table_exists, table_path,
 )
 
 if TYPE_CHECKING:
@@ -209,13 +209,19 @@ def merge_rows(
 
 def _created_with(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None, cluster_by: Sequence[str] = (),
+    again: bool = False,
 ) -> int | None:
     """A missing table made by one write of what a MERGE into nothing would insert (every
     row not marked `_delete`), so its first rows cost no join and no second pass; clustered
     on `cluster_by` (Delta's liquid clustering) when given. One commit either way: a commit
     is about half a second of Delta's own jobs, and a first backfill writes several tables.
     Returns the rows written; None when another run created the table first (the caller
-    then merges)."""
+    then merges).
+
+    A CREATE TABLE AS SELECT refuses a folder that exists, and a process killed while it
+    made the table leaves one (its log folder, data files) with no version committed: every
+    retry would fail. Such a folder holds nothing readable, and the run writing it holds the
+    pipeline, so it is removed and the table made once more (`again`)."""
     from pyspark.sql import functions as F
 
     if "_delete" in rows.columns:
@@ -232,10 +238,12 @@ def _created_with(
                             rows=rows)
         else:
             idempotent_writer(rows.write.format("delta").mode("errorifexists"), txn).save(path)
-    except Exception:
-        if not table_exists(spark, name):
-            raise
-        return None
+    except Exception as exc:
+        if table_exists(spark, name):
+            return None
+        if cluster_by and not again and "TABLE_OR_VIEW_ALREADY_EXISTS" in str(exc) and drop_path(spark, path):
+            return _created_with(spark, name, rows, txn, cluster_by, again=True)
+        raise
     register_table(spark, name)
     metrics = commit_info(spark, path, 0).get("operationMetrics") or {}
     return int(metrics.get("numOutputRows", 0))
