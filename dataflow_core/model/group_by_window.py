@@ -13,10 +13,10 @@ through `remove_window`, `restore_window` and `publish`, so they obey the same r
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterable, Sequence, TypeVar
 
 from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.elements import Element
 from dataflow_core.model.panes import (
     OnTime, Pane, PaneHistory, PaneInfo, PaneTiming, describe_next_pane, history_after,
 )
@@ -34,26 +34,6 @@ if TYPE_CHECKING:
     from dataflow_core.model.lifting import Combined
 
 __all__ = ["Element", "KeyedWindowSet", "OnTime", "WindowState", "in_end_order"]
-
-
-@dataclass(frozen=True)
-class Element:
-    """One input: a value at an event time, or (from an upstream retracting stage) the
-    retraction of a value added earlier.
-
-    `counted`: spans `[start, end)` of window starts whose windows already hold this element
-    (a backfill counted it in the windows its range owns, before the live pipeline took them
-    over); it goes into its other windows only. Windows that overlap (sliding ones) are why an
-    element can be counted in some of its windows and not others (docs/model.md)."""
-
-    value: Any
-    timestamp: Instant
-    retraction: bool = False
-    counted: tuple[tuple[Instant, Instant], ...] = ()
-
-    def counted_in(self, window: Window) -> bool:
-        """Whether `window` already holds this element (see `counted`)."""
-        return any(lo <= window.start < hi for lo, hi in self.counted)
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])

@@ -95,7 +95,7 @@ def correct_stage(
         results = persist_uncompressed(result_rows(stage, out.where("kind = 'result'"), run.run_id, one_per_window=True))
         results.count()
     else:
-        _write(spark, spec, stage, out, elements, run, say, owned if plan.every_window else None, live, owned)
+        _write(spark, spec, stage, out, elements, run, say, owned, plan.every_window, live)
     for df in kept:
         df.unpersist()
     panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
@@ -156,7 +156,7 @@ def _counts(out: "DataFrame | None") -> dict | None:
 
 
 def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run: Run, say,
-           every: EventRange | None, live: bool, owned: EventRange | None) -> None:
+           owned: EventRange | None, every_window: bool, live: bool) -> None:
     """Apply the corrections: pane log, results, live state, seen ids, each under the run's
     key, written at once (`platform.concurrent_writes`: a resumed run applies the same plan
     and skips whichever of them already committed)."""
@@ -178,7 +178,7 @@ def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elemen
         say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
 
     def seen(session: "SparkSession") -> None:  # live or not yet: the first micro-batch takes these windows over
-        _mark_seen(session, spec, stage, out, elements, run.run_id, every, owned)
+        _mark_seen(session, spec, stage, out, elements, run.run_id, owned, every_window)
         crash_point(f"{stage.output}-corrected-seen")
 
     writes = [results] if stage.keeps_results else []
@@ -215,14 +215,16 @@ def _changed(stage: StageSpec, finals: "DataFrame", current: "DataFrame | None",
 
 
 def _mark_seen(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run_id: str,
-               every: EventRange | None, owned: EventRange | None) -> None:
+               owned: EventRange | None, every_window: bool) -> None:
     """The event ids of the elements inside the corrected windows join the micro-batches'
-    seen ids (batch -1: a backfill's). `every`: the corrected windows are every window
-    starting in that range (the stage had no results). `owned`: the run's windows are those
-    starting in it, so where windows overlap, an element with windows outside it is
-    remembered as counted in the windows starting in it only (`seen_ids.OWNED`)."""
+    seen ids (batch -1: a backfill's). `owned`: the run's windows are those starting in it
+    (all when None), so where windows overlap, an element with windows outside it is
+    remembered as counted in the windows starting in it only (`seen_ids.OWNED`).
+    `every_window`: the corrected windows are every window starting in `owned` (the stage
+    had no results)."""
     from pyspark.sql import functions as F
 
+    every = owned if every_window else None
     keys = list(stage.key_columns)
     form = stage.strategy.window_fn.sql_window("event_ms")
     if form is not None and every is not None:  # every window of the range, each known from an element's time

@@ -63,7 +63,7 @@ def first_arrivals(els: "DataFrame", stage: StageSpec, seq: "Column", at_ms: "Co
     from pyspark.sql import functions as F
 
     return els.select(*stage.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
-                      seq.alias("seq"), at_ms.alias("at_ms"), *[c for c in (COUNTED,) if c in els.columns])
+                      seq.alias("seq"), at_ms.alias("at_ms"), *([COUNTED] if COUNTED in els.columns else []))
 
 
 def run_chain(spec: PipelineSpec, arrivals: "DataFrame | None", schedule: Schedule, run: RunStage,
