@@ -196,3 +196,33 @@ def test_compact_caps_files_so_a_merge_of_recent_windows_rewrites_only_their_fil
         assert int(metrics["numTargetRowsUpdated"]) == 50
         copied[name] = int(metrics["numTargetRowsCopied"])
     assert copied["uncapped"] == 3950 and copied["capped"] < 3950 // 2, copied
+
+
+def test_a_warmed_table_takes_its_next_idempotent_write_without_computing_its_state(spark):
+    """Delta computes a new snapshot's state (files, idempotent-write ids) with Spark jobs
+    the first time a write under `txnAppId` asks; `snapshot_warming.warm` computes it ahead,
+    so the write itself runs fewer jobs than the same write on an unwarmed twin table."""
+    from dataflow_core.spark.platform.snapshot_warming import warm
+
+    tracker = spark.sparkContext.statusTracker()
+
+    def idempotent_append(name: str, version: int) -> None:
+        spark.range(3).write.format("delta").mode("append").option("txnAppId", "warm-test") \
+            .option("txnVersion", version).save(table_path(spark, name))
+
+    def jobs_of_append(name: str) -> int:
+        group = f"warm-test-{name}"
+        spark.sparkContext.setJobGroup(group, group)
+        try:
+            idempotent_append(name, 2)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+        return len(tracker.getJobIdsForGroup(group))
+
+    for name in ("warm_cold", "warm_warmed"):
+        idempotent_append(name, 0)
+        idempotent_append(name, 1)  # a new snapshot, its state not yet computed
+    warm(spark, ["warm_warmed", "warm_no_such_table"]).join(60)
+    warmed, cold = jobs_of_append("warm_warmed"), jobs_of_append("warm_cold")
+    assert warmed < cold, (warmed, cold)
+    assert spark.read.format("delta").load(table_path(spark, "warm_warmed")).count() == 9

@@ -30,6 +30,7 @@ from dataflow_core.spark.jobs import live_input, live_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.jobs.stage_chain import first_arrivals, run_chain
+from dataflow_core.spark.platform import snapshot_warming
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
@@ -38,6 +39,8 @@ from dataflow_core.spark.sinks.batches import (
 )
 from dataflow_core.spark.sinks.holds import ensure_control_tables, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
+from dataflow_core.spark.sinks.panes import panes_table
+from dataflow_core.spark.sinks.quarantine import quarantine_table
 from dataflow_core.spark.sinks.runs import Ledger
 from dataflow_core.spark.sinks.seen_ids import seen_table
 
@@ -136,7 +139,16 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
                       token=token, stream_id=stream_id)
     claim(spark, spec, rec)
     crash_point("started")
+    warm_tables(spark, spec)  # while the batch reads and checks its input
     return rec, last_finished
+
+
+def warm_tables(spark: "SparkSession", spec: PipelineSpec) -> None:
+    """Delta's state of every table a batch reads or writes, computed in the background
+    (`platform.snapshot_warming`) in the order the batch needs them: the seen ids and each
+    stage's state (read first), the quarantine, then each stage's pane log and results."""
+    outputs = [t for s in spec.stages for t in (panes_table(s), *([s.output] if s.keeps_results else []))]
+    snapshot_warming.warm(spark, [seen_table(spec), *map(state_table, spec.stages), quarantine_table(spec), *outputs])
 
 
 def _retry(spark: "SparkSession", spec: PipelineSpec, latest: dict, stream_batch: int | None, token: str,

@@ -27,7 +27,7 @@ from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.execute import python_workers
 from dataflow_core.spark.input.going_live import FirstRead
 from dataflow_core.spark.jobs.crash import CRASH_ENV
-from dataflow_core.spark.jobs.live_sequencer import Done, before_input, run_batch
+from dataflow_core.spark.jobs.live_sequencer import Done, before_input, run_batch, warm_tables
 from dataflow_core.spark.jobs.live_stream import Stream
 from dataflow_core.spark.platform.delta import settings_unless_configured
 from dataflow_core.spark.platform.session import MICRO_BATCH_SQL
@@ -115,6 +115,7 @@ def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first
         return latest[0]
 
     def handle(done: Done) -> None:
+        warm_tables(spark, spec)  # the next batch's, while the loop waits for its trigger
         report(_result(spec, [done]))
 
     python_workers.warm(spark)

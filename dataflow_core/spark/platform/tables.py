@@ -243,7 +243,7 @@ def snapshot_version(spark: "SparkSession", path: str) -> int:
     """The latest version of the Delta table at `path`, from its log's fresh snapshot: a
     listing of `_delta_log`, no Spark job (`history()` costs a query)."""
     none = jvm_class(spark, "scala.Option").empty()
-    return int(_delta_log(spark, path).update(False, none, none).version())
+    return int(delta_log(spark, path).update(False, none, none).version())
 
 
 def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
@@ -251,7 +251,7 @@ def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
     it. A version names the same contents only within one life of a table: one deleted and
     created again at the same path gets a new id."""
     none = jvm_class(spark, "scala.Option").empty()
-    snapshot = _delta_log(spark, path).update(False, none, none)
+    snapshot = delta_log(spark, path).update(False, none, none)
     return str(snapshot.metadata().id()), int(snapshot.version())
 
 
@@ -263,7 +263,8 @@ def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
     return next((a["commitInfo"] for a in commit_actions(path, version) if "commitInfo" in a), {})
 
 
-def _delta_log(spark: "SparkSession", path: str):
+def delta_log(spark: "SparkSession", path: str):
+    """Delta's `DeltaLog` of the table at `path` (one per path in the JVM, its snapshots cached)."""
     return jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
 
 

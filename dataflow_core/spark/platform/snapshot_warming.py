@@ -1,0 +1,51 @@
+"""Delta's state of the tables a micro-batch reads and writes, computed before it needs it.
+
+Each commit leaves a table a new snapshot, and Delta computes that snapshot's state (its
+files, its idempotent-write ids) with small Spark jobs the first time something asks for it:
+a read of that version, or the next write under `txnAppId`/`txnVersion`. A micro-batch reads
+or writes five or more tables that the batch before it committed to, so nine such
+computations ("Compute snapshot for version N", about 0.2 to 0.5 s each) ran inside every
+warm `--loop` batch, the state table's and the results table's on its critical path
+(docs/spark-runner.md, Performance).
+
+`warm` computes them in a thread of its own: after a `--loop` batch has finished, while the
+loop waits for the next trigger, and once a batch has claimed its number, while the batch
+reads and checks its input. Delta computes a snapshot's state once (a lazy value, under the
+snapshot's lock), so a batch that asks while the thread is at it waits for that computation
+instead of repeating it; a table committed to in between simply gets a new snapshot, computed
+when asked as before. Nothing here changes what is read or written.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Sequence
+
+from dataflow_core.spark.platform.tables import delta_log, jvm_class, table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+DESCRIPTION = "dataflow: Delta's state of the next batch's tables, computed ahead"
+
+
+def warm(spark: "SparkSession", names: Sequence[str]) -> threading.Thread:
+    """Compute the latest snapshot's state of each of the tables `names` (those that exist),
+    in a daemon thread; nothing waits for it. An optimisation only: a failure leaves the
+    computation to whoever asks next, as without it."""
+    paths = [table_path(spark, name) for name in names]
+
+    def run() -> None:
+        spark.sparkContext.setLocalProperty("spark.job.description", DESCRIPTION)
+        none = jvm_class(spark, "scala.Option").empty()
+        for path in paths:
+            try:
+                snapshot = delta_log(spark, path).update(False, none, none)
+                if snapshot.version() >= 0:
+                    snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
+            except Exception:  # noqa: BLE001 - computed when asked instead
+                pass
+
+    thread = threading.Thread(target=run, name="dataflow-warm-snapshots", daemon=True)
+    thread.start()
+    return thread
