@@ -36,15 +36,20 @@ def warm(spark: "SparkSession", names: Sequence[str]) -> threading.Thread:
     paths = [table_path(spark, name) for name in names]
 
     def run() -> None:
-        spark.sparkContext.setLocalProperty("spark.job.description", DESCRIPTION)
-        none = jvm_class(spark, "scala.Option").empty()
-        for path in paths:
-            try:
-                snapshot = delta_log(spark, path).update(False, none, none)
-                if snapshot.version() >= 0:
-                    snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
-            except Exception:  # noqa: BLE001 - computed when asked instead
-                pass
+        try:
+            spark.sparkContext.setLocalProperty("spark.job.description", DESCRIPTION)
+            none = jvm_class(spark, "scala.Option").empty()
+            for path in paths:
+                if spark.sparkContext._jsc is None:
+                    return  # the session was stopped: nothing to warm for
+                try:
+                    snapshot = delta_log(spark, path).update(False, none, none)
+                    if snapshot.version() >= 0:
+                        snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
+                except Exception:  # noqa: BLE001 - computed when asked instead (say, a table dropped meanwhile)
+                    continue
+        except Exception:  # noqa: BLE001 - the session stopped under it: nothing to warm for
+            pass
 
     thread = threading.Thread(target=run, name="dataflow-warm-snapshots", daemon=True)
     thread.start()
