@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from typing import TYPE_CHECKING, Sequence
 
-from dataflow_core.spark.platform.tables import delta_log, jvm_class, table_path
+from dataflow_core.spark.platform.tables import latest_snapshot, table_path
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,12 +38,11 @@ def warm(spark: "SparkSession", names: Sequence[str]) -> threading.Thread:
     def run() -> None:
         try:
             spark.sparkContext.setLocalProperty("spark.job.description", DESCRIPTION)
-            none = jvm_class(spark, "scala.Option").empty()
             for path in paths:
                 if spark.sparkContext._jsc is None:
                     return  # the session was stopped: nothing to warm for
                 try:
-                    snapshot = delta_log(spark, path).update(False, none, none)
+                    snapshot = latest_snapshot(spark, path)
                     if snapshot.version() >= 0:
                         snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
                 except Exception:  # noqa: BLE001 - computed when asked instead (say, a table dropped meanwhile)

@@ -242,16 +242,14 @@ def _check_unique_keys(df: "DataFrame", name: str, keys: Sequence[str]) -> None:
 def snapshot_version(spark: "SparkSession", path: str) -> int:
     """The latest version of the Delta table at `path`, from its log's fresh snapshot: a
     listing of `_delta_log`, no Spark job (`history()` costs a query)."""
-    none = jvm_class(spark, "scala.Option").empty()
-    return int(delta_log(spark, path).update(False, none, none).version())
+    return int(latest_snapshot(spark, path).version())
 
 
 def snapshot_identity(spark: "SparkSession", path: str) -> tuple[str, int]:
     """(table id, latest version) of the Delta table at `path`, as `snapshot_version` reads
     it. A version names the same contents only within one life of a table: one deleted and
     created again at the same path gets a new id."""
-    none = jvm_class(spark, "scala.Option").empty()
-    snapshot = delta_log(spark, path).update(False, none, none)
+    snapshot = latest_snapshot(spark, path)
     return str(snapshot.metadata().id()), int(snapshot.version())
 
 
@@ -263,8 +261,15 @@ def commit_info(spark: "SparkSession", path: str, version: int) -> dict:
     return next((a["commitInfo"] for a in commit_actions(path, version) if "commitInfo" in a), {})
 
 
-def delta_log(spark: "SparkSession", path: str):
-    """Delta's `DeltaLog` of the table at `path` (one per path in the JVM, its snapshots cached)."""
+def latest_snapshot(spark: "SparkSession", path: str):
+    """Delta's snapshot (JVM) of the latest version of the table at `path`, brought up to date
+    by a listing of its `_delta_log`; Delta keeps one per path and version in the JVM, with its
+    state once computed (`snapshot_warming`). Version -1 where there is no table."""
+    none = jvm_class(spark, "scala.Option").empty()
+    return _delta_log(spark, path).update(False, none, none)
+
+
+def _delta_log(spark: "SparkSession", path: str):
     return jvm_class(spark, "org.apache.spark.sql.delta.DeltaLog").forTable(spark._jsparkSession, path)
 
 
