@@ -36,20 +36,29 @@ def warm(spark: "SparkSession", names: Sequence[str]) -> threading.Thread:
     paths = [table_path(spark, name) for name in names]
 
     def run() -> None:
+        context = spark.sparkContext
         try:
-            spark.sparkContext.setLocalProperty("spark.job.description", DESCRIPTION)
+            context.setLocalProperty("spark.job.description", DESCRIPTION)
             for path in paths:
-                if spark.sparkContext._jsc is None:
+                if context._jsc is None:
                     return  # the session was stopped: nothing to warm for
-                try:
-                    snapshot = latest_snapshot(spark, path)
-                    if snapshot.version() >= 0:
-                        snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
-                except Exception:  # noqa: BLE001 - computed when asked instead (say, a table dropped meanwhile)
-                    continue
+                _compute(spark, path)
+            # py4j may hand this thread's JVM thread to a later Python thread: leave it unlabelled
+            context.setLocalProperty("spark.job.description", None)
         except Exception:  # noqa: BLE001 - the session stopped under it: nothing to warm for
             pass
 
     thread = threading.Thread(target=run, name="dataflow-warm-snapshots", daemon=True)
     thread.start()
     return thread
+
+
+def _compute(spark: "SparkSession", path: str) -> None:
+    """The latest snapshot's state of the table at `path` (none where there is no table); a
+    failure (say, the table dropped meanwhile) leaves it to whoever asks next."""
+    try:
+        snapshot = latest_snapshot(spark, path)
+        if snapshot.version() >= 0:
+            snapshot.setTransactions()  # the snapshot's computed state: files, txn ids
+    except Exception:  # noqa: BLE001 - computed when asked instead
+        pass
