@@ -3,7 +3,9 @@
 #                 Delta jars cached in .cache/, the local file system's jar and the log
 #                 stores' (file: and S3) built there where a JDK is, the S3 server's own venv in
 #                 .cache/s3-server, the Data Docs' styles and scripts (npm packages, pinned in
-#                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/ (docs/setup.md;
+#                 dataflow_core/quality/assets.py) in .cache/data-docs-assets/, and the
+#                 driver JVM's class-data archive in .cache/jvm-archive/ (a minute, once; every
+#                 driver maps it instead of loading Spark's classes: docs/setup.md;
 #                 idempotent; re-installs when a lock changes)
 #   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
@@ -78,6 +80,7 @@ setup: $(VENV)/.ready $(S3_SERVER_READY)
 	@$(PY) -m dataflow_core.spark.platform.localfs
 	@$(PY) -m dataflow_core.spark.platform.logstore
 	@$(PY) -m dataflow_core.quality.assets
+	@$(PY) -m dataflow_core.spark.platform.class_archive
 
 $(PY):
 	@$(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(0 if v == "$(PYTHON_VERSION)" else "make setup: $(PYTHON) is Python " + v + ", the lock is for Python $(PYTHON_VERSION); run make PYTHON=python$(PYTHON_VERSION) setup")'

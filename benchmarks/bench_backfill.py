@@ -337,6 +337,12 @@ class TreeSampler(threading.Thread):
         self.join()
 
 
+BASELINE_ENV = {"DATAFLOW_CLASS_ARCHIVE": "off"}
+"""A hand-written job's process: Spark with the product's session settings (the stronger
+baseline), but not the class archive `make setup` builds for the product's drivers
+(`platform.class_archive`), which a plain Spark job does not have."""
+
+
 def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | None, memory: bool = False,
               extra: list[str] = ()) -> dict:  # type: ignore[assignment]
     command = [sys.executable, __file__, "--child", case, "--what", what, "--rows", str(opts.rows_for(case)),
@@ -345,7 +351,8 @@ def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | 
         command += ["--warehouse", str(warehouse)]
     if memory:
         command.append("--memory")
-    return spawn(command, f"{case}/{what}", memory=memory, sample=what != "reference")
+    return spawn(command, f"{case}/{what}", memory=memory, sample=what != "reference",
+                 env=BASELINE_ENV if what in ("baseline", "lean") else None)
 
 
 def spawn(command: list[str], label: str, memory: bool = False, sample: bool = True,

@@ -61,7 +61,7 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-from bench_backfill import VALID, TreeSampler, spawn, write_figures  # noqa: E402
+from bench_backfill import BASELINE_ENV, VALID, TreeSampler, spawn, write_figures  # noqa: E402
 from bench_microbatch import (  # noqa: E402
     INPUT, MASTER, PIPELINE, SEED, PhaseClock, _spread, append_chunk, end_ms, library_state, start_spark,
     timed_batch,
@@ -232,6 +232,11 @@ def child(opts) -> int:
 # --- the parent ------------------------------------------------------------------------------
 
 
+def _plain(side: str) -> dict[str, str]:
+    """The baseline's processes run without the product's class archive (`BASELINE_ENV`)."""
+    return BASELINE_ENV if side == "streaming" else {}
+
+
 def run_slices(opts, scratch: Path) -> dict[str, list[dict]]:
     runs: dict[str, list[dict]] = {side: [] for side in SIDES}
     for i in range(opts.batches):
@@ -239,7 +244,7 @@ def run_slices(opts, scratch: Path) -> dict[str, list[dict]]:
             command = [sys.executable, __file__, "--child", "--side", side, "--slice", str(i),
                        "--warehouse", str(scratch / side), "--rows", str(opts.rows), "--batches", str(opts.batches),
                        "--driver-memory", opts.driver_memory]
-            r = spawn(command, f"slice {i} {side}", env={"DATAFLOW_SPARK_MASTER": MASTER,
+            r = spawn(command, f"slice {i} {side}", env={**_plain(side), "DATAFLOW_SPARK_MASTER": MASTER,
                                                          "DATAFLOW_SPARK_DRIVER_MEMORY": opts.driver_memory})
             runs[side].append(r)
     return runs
@@ -252,7 +257,7 @@ def run_loops(opts, scratch: Path) -> dict:
         command = [sys.executable, __file__, "--child", "--loop", "--side", side, "--slice", "0",
                    "--warehouse", str(scratch / f"loop-{side}"), "--rows", str(opts.rows),
                    "--batches", str(opts.batches), "--driver-memory", opts.driver_memory]
-        out[side] = spawn(command, f"loop {side}", env={"DATAFLOW_SPARK_MASTER": MASTER,
+        out[side] = spawn(command, f"loop {side}", env={**_plain(side), "DATAFLOW_SPARK_MASTER": MASTER,
                                                          "DATAFLOW_SPARK_DRIVER_MEMORY": opts.driver_memory})
     out["rows_per_s_ratio"] = out["microbatch"]["rows_per_s"] / out["streaming"]["rows_per_s"]
     out["cpu_ratio"] = out["microbatch"]["batch_cpu_s"] / out["streaming"]["batch_cpu_s"]

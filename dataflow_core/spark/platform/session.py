@@ -253,10 +253,13 @@ def _quiet_python_error_logs() -> None:
 
 
 def _driver_java_options(local: bool) -> str:
-    """Our log4j2 config, plus `$DATAFLOW_SPARK_JAVA_OPTS` (e.g. JIT or GC flags)."""
-    options = [f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}"]
-    options += os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "").split()
-    return " ".join(options)
+    """Our log4j2 config, plus `$DATAFLOW_SPARK_JAVA_OPTS` (e.g. JIT or GC flags), plus the
+    class-data archive `make setup` built for them (`class_archive`)."""
+    from dataflow_core.spark.platform import class_archive
+
+    users = os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "")
+    options = [f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}", *users.split()]
+    return " ".join(options + class_archive.driver_options(users))
 
 
 def warehouse_root(spark: "SparkSession") -> str:
