@@ -60,8 +60,7 @@ def test_a_driver_started_as_the_product_starts_one_maps_the_archive_make_setup_
     """A new process (the archive is mapped when a JVM starts), with no flags of the suite's:
     `get_spark` finds the archive `make setup` built for a driver without flags of its own."""
     archive = class_archive.archive_path("")
-    if not archive.is_file():
-        pytest.skip(f"no archive at {archive}: `make setup` builds it (`make test` runs setup first)")
+    assert archive.is_file(), f"no archive at {archive}: `make setup` builds it (`make test` runs setup first)"
     env = {k: v for k, v in os.environ.items() if k not in ("DATAFLOW_SPARK_JAVA_OPTS", class_archive.SWITCH)}
     env["PYTHONPATH"] = str(ROOT)
     script = (

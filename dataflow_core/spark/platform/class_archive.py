@@ -6,7 +6,7 @@ micro-batch, every backfill. Java's class-data sharing (a dynamic archive, JDK 1
 keeps those classes in a file that later JVMs map instead.
 
 `make setup` builds the archive (`python -m dataflow_core.spark.platform.class_archive`): one
-JVM runs a small backfill and two micro-batches under `-XX:ArchiveClassesAtExit` and writes
+JVM runs a small backfill and two micro-batches (`jobs.class_archive_workload`) under `-XX:ArchiveClassesAtExit` and writes
 the classes they loaded as it exits. `get_spark` then hands `-XX:SharedArchiveFile` to every
 driver it starts (`driver_options`).
 
@@ -24,10 +24,8 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -38,6 +36,8 @@ QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 ARCHIVE_NAME = "driver.jsa"
 _USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
 SWITCH = "DATAFLOW_CLASS_ARCHIVE"
+WORKLOAD = "dataflow_core.spark.jobs.class_archive_workload"
+"""What the archiving JVM runs (a module of its own: it runs jobs, which start drivers)."""
 
 
 def archive_path(java_options: str) -> Path:
@@ -96,7 +96,7 @@ def build(java_options: str | None = None, submit_args: str | None = None) -> tu
     started = time.monotonic()
     log = path.with_name("build.log")
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "dataflow_core.spark.platform.class_archive", "--workload"], env=env, stdout=out,
+        done = subprocess.run([sys.executable, "-m", WORKLOAD], env=env, stdout=out,
                               stderr=subprocess.STDOUT)
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
@@ -104,33 +104,6 @@ def build(java_options: str | None = None, submit_args: str | None = None) -> tu
     partial.rename(path)  # whole or absent: a driver never maps a file being written
     return path, (f"JVM class archive built in {time.monotonic() - started:.0f} s: {path} "
                   f"({path.stat().st_size // 2**20} MB)")
-
-
-def _workload() -> None:
-    """What drivers do, in small: write a sample, backfill it, two micro-batches (the second
-    MERGEs into tables that exist). The JVM writes the archive as it exits, so this waits
-    for it to exit."""
-    from dataflow_core.sample import SampleConfig
-    from dataflow_core.sample.write import write_sample
-    from dataflow_core.spark.jobs.backfill import run_backfill
-    from dataflow_core.spark.jobs.microbatch import run_microbatch
-    from dataflow_core.spark.platform.session import get_spark
-
-    warehouse = tempfile.mkdtemp(prefix="dataflow-class-archive-")
-    try:
-        spark = get_spark("dataflow-class-archive", master="local[2]", warehouse=warehouse)
-        for seed, mode in ((1, "overwrite"), (2, "append")):
-            write_sample(spark, SampleConfig(rows=400, seed=seed, span_hours=24), table="video_events",
-                         progress=lambda _m: None, mode=mode)
-            if seed == 1:
-                assert run_backfill(spark, "billing", "2024-05-01", "2024-05-02").ledger_ok
-            assert run_microbatch(spark, "ad_sessions").ledger_ok
-        jvm = spark.sparkContext._gateway.proc  # the JVM PySpark launched
-        spark.stop()
-        jvm.stdin.close()  # PySpark's gateway server exits when its stdin closes
-        jvm.wait(timeout=300)
-    finally:
-        shutil.rmtree(warehouse, ignore_errors=True)
 
 
 def main() -> int:
@@ -141,7 +114,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] == ["--workload"]:
-        _workload()
-    else:
-        sys.exit(main())
+    sys.exit(main())
