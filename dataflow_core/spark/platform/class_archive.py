@@ -6,8 +6,8 @@ micro-batch, every backfill. Java's class-data sharing (a dynamic archive, JDK 1
 keeps those classes in a file that later JVMs map instead.
 
 `make setup` builds the archive (`python -m dataflow_core.spark.platform.class_archive`): one
-JVM runs a small backfill and two micro-batches (`jobs.class_archive_workload`) under `-XX:ArchiveClassesAtExit` and writes
-the classes they loaded as it exits. `get_spark` then hands `-XX:SharedArchiveFile` to every
+JVM runs a small backfill and two micro-batches over a sample (`sample.class_archive_workload`)
+under `-XX:ArchiveClassesAtExit` and writes the classes they loaded as it exits. `get_spark` then hands `-XX:SharedArchiveFile` to every
 driver it starts (`driver_options`).
 
 An archive belongs to one Java build, one set of jars and one set of JVM flags (the collector,
@@ -36,8 +36,9 @@ QUIET = ("-Xlog:cds=off", "-Xlog:cds+dynamic=off")
 ARCHIVE_NAME = "driver.jsa"
 _USERS_OWN = ("SharedArchiveFile", "ArchiveClassesAtExit", "-Xshare")
 SWITCH = "DATAFLOW_CLASS_ARCHIVE"
-WORKLOAD = "dataflow_core.spark.jobs.class_archive_workload"
-"""What the archiving JVM runs (a module of its own: it runs jobs, which start drivers)."""
+WORKLOAD = "dataflow_core.sample.class_archive_workload"
+"""What the archiving JVM runs: the sample layer's, above spark/ (it writes a sample and runs
+jobs), named here, not imported."""
 
 
 def archive_path(java_options: str) -> Path:

@@ -1,6 +1,6 @@
 """What the JVM that writes the driver's class-data archive runs (`platform.class_archive`,
 `make setup`): a small backfill and two micro-batches, the classes every driver loads.
-Run as `python -m dataflow_core.spark.jobs.class_archive_workload` by `class_archive.build`."""
+Run as `python -m dataflow_core.sample.class_archive_workload` by `class_archive.build`."""
 
 from __future__ import annotations
 
