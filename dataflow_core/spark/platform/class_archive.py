@@ -7,8 +7,8 @@ keeps those classes in a file that later JVMs map instead.
 
 `make setup` builds the archive (`python -m dataflow_core.spark.platform.class_archive`): one
 JVM runs a small backfill and two micro-batches over a sample (`sample.class_archive_workload`)
-under `-XX:ArchiveClassesAtExit` and writes the classes they loaded as it exits. `get_spark` then hands `-XX:SharedArchiveFile` to every
-driver it starts (`driver_options`).
+under `-XX:ArchiveClassesAtExit` and writes the classes they loaded as it exits. `get_spark`
+then hands `-XX:SharedArchiveFile` to every driver it starts (`driver_options`).
 
 An archive belongs to one Java build, one set of jars and one set of JVM flags (the collector,
 say): its folder is named by a digest of all three (`archive_path`), so an upgrade of Java,
@@ -90,15 +90,15 @@ def build(java_options: str | None = None, submit_args: str | None = None) -> tu
         return path, f"JVM class archive up to date: {path}"
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{ARCHIVE_NAME}.{os.getpid()}.partial")
-    env = {**os.environ, "DATAFLOW_SPARK_JAVA_OPTS": " ".join([java_options, f"-XX:ArchiveClassesAtExit={partial}", *QUIET]).strip()}
+    flags = [java_options, f"-XX:ArchiveClassesAtExit={partial}", *QUIET]
+    env = {**os.environ, "DATAFLOW_SPARK_JAVA_OPTS": " ".join(flags).strip()}
     if submit_args is not None:
         env["PYSPARK_SUBMIT_ARGS"] = submit_args
     env.pop("SPARK_CONF_DIR", None)  # a folder on the class path that is not empty cannot be archived
     started = time.monotonic()
     log = path.with_name("build.log")
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", WORKLOAD], env=env, stdout=out,
-                              stderr=subprocess.STDOUT)
+        done = subprocess.run([sys.executable, "-m", WORKLOAD], env=env, stdout=out, stderr=subprocess.STDOUT)
     if done.returncode != 0 or not partial.is_file():
         partial.unlink(missing_ok=True)
         return None, f"warning: JVM class archive not built (drivers start without it): see {log}"
