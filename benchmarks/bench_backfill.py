@@ -337,10 +337,12 @@ class TreeSampler(threading.Thread):
         self.join()
 
 
-BASELINE_ENV = {"DATAFLOW_CLASS_ARCHIVE": "off"}
+BASELINE_ENV = {"DATAFLOW_CLASS_ARCHIVE": "off", "DATAFLOW_SPARK_JAVA_OPTS": "-XX:CompileThresholdScaling=1"}
 """A hand-written job's process: Spark with the product's session settings (the stronger
-baseline), but not the class archive `make setup` builds for the product's drivers
-(`platform.class_archive`), which a plain Spark job does not have."""
+baseline), but a plain JVM: not the class archive `make setup` builds for the product's
+drivers (`platform.class_archive`), nor the product's JIT thresholds for a local driver
+(`session.LOCAL_JIT_OPTIONS`; HotSpot's own, given as a JIT flag of the user's, replace them),
+which a plain Spark job does not have."""
 
 
 def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | None, memory: bool = False,

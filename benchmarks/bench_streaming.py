@@ -233,7 +233,8 @@ def child(opts) -> int:
 
 
 def _plain(side: str) -> dict[str, str]:
-    """The baseline's processes run without the product's class archive (`BASELINE_ENV`)."""
+    """The baseline's processes run on a plain JVM: without the product's class archive or JIT
+    thresholds (`BASELINE_ENV`)."""
     return BASELINE_ENV if side == "streaming" else {}
 
 
