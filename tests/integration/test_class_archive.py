@@ -58,7 +58,10 @@ def test_the_session_hands_the_driver_its_archive(built: Path):
 @pytest.mark.slow
 def test_a_driver_started_as_the_product_starts_one_maps_the_archive_make_setup_built(tmp_path: Path):
     """A new process (the archive is mapped when a JVM starts), with no flags of the suite's:
-    `get_spark` finds the archive `make setup` built for a driver without flags of its own."""
+    `get_spark` finds the archive `make setup` built for a driver without flags of its own,
+    and the JVM runs with the local driver's JIT thresholds (`session.LOCAL_JIT_OPTIONS`)."""
+    from dataflow_core.spark.platform.session import LOCAL_JIT_OPTIONS
+
     archive = class_archive.archive_path("")
     assert archive.is_file(), f"no archive at {archive}: `make setup` builds it (`make test` runs setup first)"
     env = {k: v for k, v in os.environ.items() if k not in ("DATAFLOW_SPARK_JAVA_OPTS", class_archive.SWITCH)}
@@ -66,7 +69,9 @@ def test_a_driver_started_as_the_product_starts_one_maps_the_archive_make_setup_
     script = (
         "from dataflow_core.spark.platform.session import get_spark\n"
         f"spark = get_spark('archive-check', master='local[1]', warehouse={str(tmp_path)!r})\n"
-        "print(spark.sparkContext._jvm.ProcessHandle.current().pid())\n"
+        "jvm = spark.sparkContext._jvm\n"
+        "print(jvm.ProcessHandle.current().pid())\n"
+        "print(' '.join(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()))\n"
         "spark.range(3).count()\n"
         "import time\n"
         "time.sleep(600)\n"  # alive until the test has read its maps
@@ -75,7 +80,9 @@ def test_a_driver_started_as_the_product_starts_one_maps_the_archive_make_setup_
                             stderr=subprocess.DEVNULL, text=True)
     try:
         pid = int(proc.stdout.readline())  # type: ignore[union-attr]
+        arguments = proc.stdout.readline().split()  # type: ignore[union-attr]
         assert str(archive) in _mapped_by(pid)
+        assert set(LOCAL_JIT_OPTIONS) <= set(arguments), arguments
     finally:
         proc.kill()
         proc.wait()
