@@ -337,12 +337,21 @@ class TreeSampler(threading.Thread):
         self.join()
 
 
-BASELINE_ENV = {"DATAFLOW_CLASS_ARCHIVE": "off", "DATAFLOW_SPARK_JAVA_OPTS": "-XX:CompileThresholdScaling=1"}
-"""A hand-written job's process: Spark with the product's session settings (the stronger
-baseline), but a plain JVM: not the class archive `make setup` builds for the product's
-drivers (`platform.class_archive`), nor the product's JIT thresholds for a local driver
-(`session.LOCAL_JIT_OPTIONS`; HotSpot's own, given as a JIT flag of the user's, replace them),
-which a plain Spark job does not have."""
+def _baseline_env() -> dict[str, str]:
+    """A hand-written job's process: Spark with the product's session settings (the stronger
+    baseline), but a plain JVM: not the class archive `make setup` builds for the product's
+    drivers (`platform.class_archive`), nor the product's JIT thresholds for a local driver
+    (`session.LOCAL_JIT_OPTIONS`), which a plain Spark job does not have. The user's own
+    `DATAFLOW_SPARK_JAVA_OPTS` (a collector, say) reach both sides; where they name no JIT
+    policy, HotSpot's thresholds are added as one, which replaces the product's."""
+    from dataflow_core.spark.platform.session import names_jit
+
+    users = os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "")
+    plain_jit = "" if names_jit(users) else "-XX:CompileThresholdScaling=1"
+    return {"DATAFLOW_CLASS_ARCHIVE": "off", "DATAFLOW_SPARK_JAVA_OPTS": f"{users} {plain_jit}".strip()}
+
+
+BASELINE_ENV = _baseline_env()
 
 
 def run_child(opts: argparse.Namespace, case: str, what: str, warehouse: Path | None, memory: bool = False,

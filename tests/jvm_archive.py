@@ -25,8 +25,9 @@ SPARK_DEFAULTS = Path(__file__).with_name("spark-conf") / "spark-defaults.conf"
 # optimizing JIT's compile threads would take the other test worker's core for code the
 # command ends before it pays. A test worker's own session lives for the whole suite and
 # runs the same Spark and Delta code paths thousands of times; it gets the optimizing JIT
-# too (`for_long_lived_jvm`): after its first minute, warm micro-batches take about a fifth
-# less wall time.
+# too (`for_long_lived_jvm`), under the product's thresholds for a local driver (no JIT flag
+# of its own: `session.LOCAL_JIT_OPTIONS`): after its first minute, warm micro-batches take
+# about a fifth less wall time.
 # The quick JIT alone gets a 48 MB code cache, which Spark and Delta's many query shapes
 # fill: the JVM then spends its time evicting and recompiling (about 10% of a test session's
 # CPU), hence the larger cache that is never flushed. The archive must be written and read

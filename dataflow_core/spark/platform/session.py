@@ -262,14 +262,14 @@ its CPU, on the cores the batches need. With these, the many methods a batch cal
 few thousand times stay interpreted, while the hot ones (the rows' loops) still compile.
 Measured on 2 cores (docs/spark-runner.md, Performance): `--loop` 9-19% more rows per second
 with 11-19% less CPU; a cold one-process batch and a 2M-row backfill unchanged (within their
-noise). A user's own JIT flags in `DATAFLOW_SPARK_JAVA_OPTS` replace these (`_names_jit`);
+noise). A user's own JIT flags in `DATAFLOW_SPARK_JAVA_OPTS` replace these (`names_jit`);
 a cluster's driver, which shares no cores with executors, keeps HotSpot's."""
 
 _JIT_FLAGS = re.compile(r"^-X(int|comp)$|^-XX:[+-]?(Tier\w*|CompileThreshold\w*)")
 """A JVM option that sets the JIT's compile policy (its tiers or thresholds)."""
 
 
-def _names_jit(options: str) -> bool:
+def names_jit(options: str) -> bool:
     """Whether JVM `options` set the JIT's compile policy themselves."""
     return any(_JIT_FLAGS.match(option) for option in options.split())
 
@@ -281,7 +281,7 @@ def _driver_java_options(local: bool) -> str:
     from dataflow_core.spark.platform import class_archive
 
     users = os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", "")
-    jit = LOCAL_JIT_OPTIONS if local and not _names_jit(users) else ()
+    jit = LOCAL_JIT_OPTIONS if local and not names_jit(users) else ()
     options = [f"-Dlog4j2.configurationFile={_LOG4J_CONFIG}", *jit, *users.split()]
     return " ".join(options + class_archive.driver_options(users))
 
