@@ -132,13 +132,22 @@ def _strategy(pipeline: dict, fail: Callable[[str, str], ScenarioError]) -> Wind
     if trigger is not None:
         kwargs["trigger"] = trigger
     kwargs["accumulation"] = field_("accumulation", AccumulationMode.parse, AccumulationMode.DISCARDING)
-    kwargs["allowed_lateness"] = field_("allowed_lateness", parse_duration, 0)
+    kwargs["allowed_lateness"] = field_("allowed_lateness", _scenario_duration, 0)
     kwargs["combiner"] = field_("combiner", combiner_named, combiner_named("sum"))
     kwargs["timestamp_combiner"] = field_("timestamp_combiner", TimestampCombiner.parse, TimestampCombiner.END_OF_WINDOW)
     try:
         return WindowingStrategy(**kwargs)
     except ValueError as exc:
         raise fail("pipeline", str(exc)) from None
+
+
+def _scenario_duration(value: Any) -> int:
+    """A scenario's duration as FORMAT.md writes it: an integer and a unit (`30s`). A bare
+    number other than 0 is refused rather than read: FORMAT.md's bare numbers are seconds
+    (for times), the model's are milliseconds."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value != 0:
+        raise ValueError(f"{value!r} has no unit (FORMAT.md: an integer and a unit, e.g. {value}s or {value}ms)")
+    return parse_duration(value)
 
 
 def _event(n: int, raw: Any, fail: Callable[[str, str], ScenarioError]) -> Event:

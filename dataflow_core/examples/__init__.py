@@ -1,2 +1,3 @@
 """Worked examples of the public APIs: a custom WindowFn, a custom trigger, a two-stage
-pipeline. They are pure model code, like `dataflow_core.model`."""
+pipeline (its stages built with `dataflow_core.api.stage`, run by the reference runner).
+They import no engine: they run wherever the model does."""

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any, Hashable, Iterable
 
-from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.combiners import CountFn, SumFn
-from dataflow_core.model.panes import Pane
+from dataflow_core.api import (
+    AfterCount, AfterWatermark, CountFn, Duration, GlobalWindows, IntervalWindow, Pane, Repeatedly, Sessions, SumFn,
+    stage,
+)
 from dataflow_core.model.pipeline import Pipeline, Stage
-from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.model.time import Duration, Instant
-from dataflow_core.model.triggers import AfterCount, AfterWatermark, Repeatedly
-from dataflow_core.model.windows import GlobalWindows, Sessions, merge_overlapping, IntervalWindow
+from dataflow_core.model.time import Instant
+from dataflow_core.model.windows import merge_overlapping
 
 
 def session_length(pane: Pane, gap: Duration) -> Duration:
@@ -26,26 +25,19 @@ def session_length(pane: Pane, gap: Duration) -> Duration:
 
 
 def short_sessions_per_ad(gap: Duration, short: Duration, allowed_lateness: Duration) -> Pipeline:
-    """Stage 1 is keyed by (user, ad); stage 2 by ad."""
+    """Stage 1 is keyed by (user, ad); stage 2 by ad. The stages are built as a pipeline's
+    are (`dataflow_core.api.stage`), for the reference runner rather than a table."""
 
     def to_ad(pane: Pane) -> Iterable[tuple[Hashable, Any]]:
         user, ad = pane.key
         return [(ad, 1)] if session_length(pane, gap) < short else []
 
-    sessions = WindowingStrategy(
-        window_fn=Sessions(gap),
-        trigger=AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
-        accumulation=AccumulationMode.RETRACTING,
-        allowed_lateness=allowed_lateness,
-        combiner=CountFn(),
-    )
-    counts = WindowingStrategy(
-        window_fn=GlobalWindows(),
-        trigger=Repeatedly(AfterCount(1)),
-        accumulation=AccumulationMode.ACCUMULATING,
-        combiner=SumFn(),
-    )
-    return Pipeline.of(Stage("sessions", sessions), Stage("short_sessions_per_ad", counts, to_ad))
+    sessions = stage("sessions", Sessions(gap), CountFn(), trigger=AfterWatermark(early=AfterCount(1), late=AfterCount(1)),
+                     accumulation="retracting", allowed_lateness=allowed_lateness)
+    counts = stage("short_sessions_per_ad", GlobalWindows(), SumFn(), trigger=Repeatedly(AfterCount(1)),
+                   accumulation="accumulating", key_columns=("ad",), from_upstream=to_ad, input_type=int)
+    # The reference runner takes the model's form of the stages (what `PipelineSpec.model` is).
+    return Pipeline.of(*(Stage(s.output, s.strategy, s.from_upstream) for s in (sessions, counts)))
 
 
 def batch_short_sessions_per_ad(

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field, replace
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
 from dataflow_core.model.panes import Pane
-from dataflow_core.model.time import END_OF_TIME, Duration, Instant
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, parse_duration
 from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import Default
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
@@ -74,8 +74,10 @@ class WindowingStrategy:
     timestamp_combiner: TimestampCombiner = TimestampCombiner.END_OF_WINDOW
 
     def __post_init__(self) -> None:
-        if self.allowed_lateness < 0:
-            raise InvalidStrategy(f"allowed_lateness must not be negative, got {self.allowed_lateness} ms")
+        try:  # any of `parse_duration`'s forms: 86_400_000, "1d"
+            object.__setattr__(self, "allowed_lateness", parse_duration(self.allowed_lateness, "allowed_lateness"))
+        except ValueError as exc:
+            raise InvalidStrategy(str(exc)) from None
         if self.accumulation is AccumulationMode.RETRACTING and not self.combiner.can_retract:
             raise InvalidStrategy(
                 f"accumulation 'retracting' needs a combiner that can retract, and "

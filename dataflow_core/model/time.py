@@ -25,20 +25,46 @@ _DURATION_RE = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
 _HMS_RE = re.compile(r"^(\d{1,2}):(\d{2}):(\d{2})(?:\.(\d{1,3}))?$")
 
 
-def parse_duration(text: str | int) -> Duration:
-    """`500ms`, `30s`, `2m`, `1h`, `1d` -> milliseconds."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a duration: {text!r}")
-    if isinstance(text, int):
-        if text < 0:
-            raise ValueError(f"duration must not be negative: {text!r}")
-        return text * 1000
-    match = _DURATION_RE.match(str(text))
-    if not match:
-        raise ValueError(
-            f"not a duration: {text!r} (expected an integer and a unit: 500ms, 30s, 2m, 1h, 1d)"
-        )
-    return int(match.group(1)) * _UNITS[match.group(2)]
+DURATION_FORMS = "milliseconds as a whole number, or text such as 500ms, 90s, 10m, 1h, 1d"
+"""What every duration argument accepts, for messages."""
+
+
+def parse_duration(value: Any, name: str = "") -> Duration:
+    """The one reading of a duration, for every argument that takes one (window sizes, trigger
+    delays, allowed lateness, a watermark's bound, a pipeline's skew): milliseconds as a whole
+    number (`90_000`, `3.6e6`), a `datetime.timedelta`, or text with a unit (`"90s"`, `"1h"`).
+    Text without a unit is refused, not guessed: "60" would be seconds to one reader and
+    milliseconds to another. Raises a one-line ValueError naming `name` (the parameter)."""
+    ms = _milliseconds(value, name)
+    if ms < 0:
+        raise ValueError(f"{_said(value, name)} is negative; a duration is zero or more")
+    return ms
+
+
+def positive_duration(value: Any, name: str) -> Duration:
+    """`parse_duration`, for arguments that must be above zero (a window's size, a period)."""
+    if _milliseconds(value, name) <= 0:
+        raise ValueError(f"{name} must be positive, got {value!r}")
+    return _milliseconds(value, name)
+
+
+def _milliseconds(value: Any, name: str) -> int:
+    if isinstance(value, dt.timedelta):
+        ms = value / dt.timedelta(milliseconds=1)
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        ms = value
+    else:
+        match = _DURATION_RE.match(value) if isinstance(value, str) else None
+        if not match:
+            raise ValueError(f"{_said(value, name)} is not a duration (give {DURATION_FORMS})")
+        return int(match.group(1)) * _UNITS[match.group(2)]
+    if isinstance(ms, float) and (not math.isfinite(ms) or not ms.is_integer()):
+        raise ValueError(f"{_said(value, name)} is not a whole number of milliseconds (give {DURATION_FORMS})")
+    return int(ms)
+
+
+def _said(value: Any, name: str) -> str:
+    return f"{name}: {value!r}" if name else repr(value)
 
 
 def parse_instant(text: str | int | float | dt.datetime) -> Instant:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from dataflow_core.model.time import Duration, Instant, earliest, format_duration
+from dataflow_core.model.time import Duration, Instant, earliest, format_duration, parse_duration, positive_duration
 from dataflow_core.model.trigger_machine import Trigger, TriggerContext, TriggerState
 
 
@@ -88,10 +88,8 @@ class _ProcessingTimeTrigger(Trigger):
 class AfterProcessingTime(_ProcessingTimeTrigger):
     """Fires `delay` after the first element of the pane arrived."""
 
-    def __init__(self, delay: Duration):
-        if delay < 0:
-            raise ValueError("AfterProcessingTime delay must not be negative")
-        self.delay = delay
+    def __init__(self, delay: "Duration | str"):
+        self.delay = parse_duration(delay, "AfterProcessingTime delay")
 
     def deadline(self, arrival):
         return arrival + self.delay
@@ -104,11 +102,9 @@ class AlignedProcessingTime(_ProcessingTimeTrigger):
     """Fires at the first `k * period + offset` strictly after the pane's first element arrived
     (the paper's AtPeriod)."""
 
-    def __init__(self, period: Duration, offset: Duration = 0):
-        if period <= 0:
-            raise ValueError("AlignedProcessingTime period must be positive")
-        self.period = period
-        self.offset = offset % period
+    def __init__(self, period: "Duration | str", offset: "Duration | str" = 0):
+        self.period = positive_duration(period, "AlignedProcessingTime period")
+        self.offset = parse_duration(offset, "AlignedProcessingTime offset") % self.period
 
     def deadline(self, arrival):
         return ((arrival - self.offset) // self.period + 1) * self.period + self.offset

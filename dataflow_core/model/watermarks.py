@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
 
-from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration, parse_duration
 
 BEGINNING_OF_TIME: Instant = -END_OF_TIME
 
@@ -100,11 +100,9 @@ class PerfectWatermark(WatermarkEstimator):
 class HeuristicWatermark(WatermarkEstimator):
     """The largest event time seen so far minus a fixed bound on out-of-orderness."""
 
-    def __init__(self, bound: Duration, start: Instant = BEGINNING_OF_TIME):
+    def __init__(self, bound: "Duration | str", start: Instant = BEGINNING_OF_TIME):
         super().__init__(start)
-        if bound < 0:
-            raise ValueError("the heuristic watermark's bound must not be negative")
-        self.bound = bound
+        self.bound = parse_duration(bound, "HeuristicWatermark bound")
         self.max_seen: Instant | None = None
 
     def estimate(self, progress: Progress) -> Instant | None:

@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Hashable, Iterable, Sequence
 
-from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration, parse_duration, positive_duration
 
 
 class Window(ABC):
@@ -135,18 +135,13 @@ class GlobalWindows(WindowFn):
         return "GlobalWindows()"
 
 
-def _positive(name: str, value: Duration) -> Duration:
-    if value <= 0:
-        raise ValueError(f"{name} must be positive, got {value} ms")
-    return value
-
-
 class FixedWindows(WindowFn):
-    """Tumbling windows `[k*size + offset, (k+1)*size + offset)`."""
+    """Tumbling windows `[k*size + offset, (k+1)*size + offset)`. Durations in any of
+    `time.parse_duration`'s forms (`FixedWindows("1h")`, `FixedWindows(3_600_000)`)."""
 
-    def __init__(self, size: Duration, offset: Duration = 0):
-        self.size = _positive("FixedWindows size", size)
-        self.offset = offset % size
+    def __init__(self, size: "Duration | str", offset: "Duration | str" = 0):
+        self.size = positive_duration(size, "FixedWindows size")
+        self.offset = parse_duration(offset, "FixedWindows offset") % self.size
 
     def window_for(self, t: Instant, offset: Duration | None = None) -> IntervalWindow:
         off = self.offset if offset is None else offset
@@ -172,10 +167,10 @@ class FixedWindows(WindowFn):
 class SlidingWindows(WindowFn):
     """Windows of `size` starting every `period`; an element lands in size/period of them."""
 
-    def __init__(self, size: Duration, period: Duration, offset: Duration = 0):
-        self.size = _positive("SlidingWindows size", size)
-        self.period = _positive("SlidingWindows period", period)
-        self.offset = offset % period
+    def __init__(self, size: "Duration | str", period: "Duration | str", offset: "Duration | str" = 0):
+        self.size = positive_duration(size, "SlidingWindows size")
+        self.period = positive_duration(period, "SlidingWindows period")
+        self.offset = parse_duration(offset, "SlidingWindows offset") % self.period
 
     def assign(self, ctx: AssignContext) -> Sequence[Window]:
         t = ctx.timestamp
@@ -206,8 +201,8 @@ class SlidingWindows(WindowFn):
 class Sessions(WindowFn):
     """Each element opens `[t, t + gap)`; a key's overlapping windows merge."""
 
-    def __init__(self, gap: Duration):
-        self.gap = _positive("Sessions gap", gap)
+    def __init__(self, gap: "Duration | str"):
+        self.gap = positive_duration(gap, "Sessions gap")
 
     @property
     def is_merging(self) -> bool:

@@ -96,7 +96,7 @@ class PipelineSpec:
     event_id: str = "event_id"
     partition_column: str | None = None
     quality_suite: str | None = None
-    max_skew: Duration = parse_duration("1h")
+    max_skew: "Duration | str" = parse_duration("1h")
     model: Pipeline = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -105,6 +105,10 @@ class PipelineSpec:
         object.__setattr__(self, "key", _key_expressions(self.key, self.name))
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "watermark", _estimator_factory(self.watermark))
+        try:  # any of `parse_duration`'s forms; refused here, not later inside Spark
+            object.__setattr__(self, "max_skew", parse_duration(self.max_skew, "max_skew"))
+        except ValueError as exc:
+            raise DataflowError(f"pipeline {self.name!r}: {exc}") from None
         if not self.stages:
             raise DataflowError(f"pipeline {self.name!r} has no stages")
         first = self.stages[0]

@@ -27,7 +27,7 @@ pipeline(
     "shop_revenue", input_table="shop_orders", key="shop_id", value="amount",
     event_time="ordered_at", ingest_time="received_at", event_id="order_id", partition_column="order_day",
     stages=[stage("shop_revenue", FixedWindows(hours(1)), SumFn(), trigger=AfterWatermark(late=AfterCount(1)),
-                  allowed_lateness="1d")],
+                  accumulation="accumulating", allowed_lateness="1d")],
 )
 '''
 
