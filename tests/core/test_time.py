@@ -153,3 +153,83 @@ def test_a_bad_duration_names_its_parameter_and_the_forms():
 def test_format_duration_uses_the_largest_exact_unit(ms: int, text: str):
     assert format_duration(ms) == text
     assert parse_duration(text) == ms
+
+
+# --- every duration argument reads durations the same way ------------------------------
+
+
+def _arguments():
+    """(parameter name as errors give it, a function giving the argument's value in ms)."""
+    from dataflow_core import api
+    from dataflow_core.model.strategy import WindowingStrategy
+    from dataflow_core.model.triggers import AfterProcessingTime, AlignedProcessingTime
+    from dataflow_core.model.watermarks import HeuristicWatermark
+    from dataflow_core.model.windows import FixedWindows, Sessions, SlidingWindows
+    from dataflow_core.pipelines import PipelineSpec
+
+    def spec(skew):
+        return PipelineSpec(name="skewed", input_table="t", key="k", value="v", watermark=HeuristicWatermark(0),
+                            stages=(api.stage("skewed", FixedWindows("1h"), api.SumFn()),), max_skew=skew).max_skew
+
+    return [
+        ("FixedWindows size", lambda d: FixedWindows(d).size),
+        ("FixedWindows offset", lambda d: FixedWindows("1000d", d).offset),
+        ("SlidingWindows size", lambda d: SlidingWindows(d, 1).size),
+        ("SlidingWindows period", lambda d: SlidingWindows("1000d", d).period),
+        ("SlidingWindows offset", lambda d: SlidingWindows("1000d", "1000d", d).offset),
+        ("Sessions gap", lambda d: Sessions(d).gap),
+        ("AfterProcessingTime delay", lambda d: AfterProcessingTime(d).delay),
+        ("AlignedProcessingTime period", lambda d: AlignedProcessingTime(d).period),
+        ("AlignedProcessingTime offset", lambda d: AlignedProcessingTime("1000d", d).offset),
+        ("allowed_lateness", lambda d: WindowingStrategy(allowed_lateness=d).allowed_lateness),
+        ("allowed_lateness", lambda d: api.stage("s", FixedWindows("1h"), api.SumFn(), allowed_lateness=d)
+         .strategy.allowed_lateness),
+        ("HeuristicWatermark bound", lambda d: HeuristicWatermark(bound=d).bound),
+        ("max_skew", spec),
+        ("duration", api.duration),
+    ]
+
+
+ARGUMENTS = _arguments()
+IDS = [f"{name}-{i}" for i, (name, _) in enumerate(ARGUMENTS)]
+
+
+@pytest.mark.parametrize("name, value_of", ARGUMENTS, ids=IDS)
+@pytest.mark.parametrize("given", [90_000, 90_000.0, "90s", " 90 s ", "90000ms", dt.timedelta(seconds=90)])
+def test_every_duration_argument_takes_the_same_forms(name, value_of, given):
+    assert value_of(given) == 90_000
+    assert value_of("1h") == H and value_of("1d") == 24 * H and value_of(3_600_000) == H
+
+
+@pytest.mark.parametrize("name, value_of", ARGUMENTS, ids=IDS)
+@pytest.mark.parametrize("bad", ["1 hour", "90", -1, 1.5, None])
+def test_every_duration_argument_refuses_a_bad_form_in_one_line_naming_itself(name, value_of, bad):
+    from dataflow_core.errors import DataflowError
+
+    with pytest.raises((ValueError, DataflowError)) as err:
+        value_of(bad)
+    message = str(err.value)
+    assert name in message and repr(bad) in message and "\n" not in message
+
+
+def test_a_scenarios_duration_keeps_format_md_meaning():
+    """FORMAT.md: a duration is an integer and a unit. A bare number (FORMAT.md's bare numbers
+    are seconds, for times) is refused, not read as the model's milliseconds; 0 is 0."""
+    from dataflow_core.scenario import ScenarioError, load_scenario
+
+    def lateness(value):
+        return {"name": "d", "pipeline": {"window": "FixedWindows(1m)", "allowed_lateness": value},
+                "start": "12:00:00", "events": [], "expect": []}
+
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "d.yaml"
+        for value, ms in (("2m", 120 * S), (0, 0)):
+            path.write_text(yaml.safe_dump(lateness(value)))
+            assert load_scenario(path).strategy.allowed_lateness == ms
+        path.write_text(yaml.safe_dump(lateness(60)))
+        with pytest.raises(ScenarioError, match=r"pipeline.allowed_lateness: 60 has no unit \(FORMAT.md: an integer "
+                                                r"and a unit, e.g. 60s or 60ms\)"):
+            load_scenario(path)
