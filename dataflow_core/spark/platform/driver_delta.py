@@ -3,8 +3,7 @@
 A pipeline's control table (`dataflow_batches`) takes a few rows per micro-batch, written and
 read on the driver. Through Spark each such commit costs a write job plus about three jobs of
 Delta rebuilding the table's state to look up the idempotent key; through delta-rs it is one
-PUT of a Parquet file and one of the commit, some 10-20 ms (docs/spark-runner.md,
-Performance). Both write the same table, which Delta's protocol allows, because both create
+PUT of a Parquet file and one of the commit. Both write the same table, which Delta's protocol allows, because both create
 commit N exclusively on the stores the product writes:
 - on `file:` Spark's `HardLinkLogStore` hard-links N.json to a finished temporary file, and
   delta-rs creates it only if absent (its local store's create-if-absent): each fails when

@@ -26,16 +26,16 @@ DEFAULT_WAREHOUSE = "./warehouse"
 WAREHOUSE_CONF = "spark.dataflow.warehouse"  # where tables.py finds the warehouse root
 CODEGEN_CACHE_ENTRIES = "1000"
 """Generated classes Spark keeps compiled. Its default, 100, is fewer than one micro-batch
-uses, so each batch compiled ~185 classes again (1.4 s of Janino, and the JIT starting
-over); a billing batch uses about 250. Each kept class holds about 0.1 MiB of metaspace, so
-a long `--loop` grows by at most ~100 MiB for it. A static setting: given when the session
+uses, so each batch would compile its classes again (and the JIT start over on them). Each
+kept class holds about 0.1 MiB of metaspace, so a long `--loop` grows by at most ~100 MiB
+for it. A static setting: given when the session
 is built, so it wins over a value in spark-defaults.conf."""
 LOCAL_SHUFFLE_PARTITIONS = "4"  # Spark's 200 default makes small local jobs crawl
 LOCAL_PARALLELISM_CAP = 4
 """Partitions of a DataFrame made from local rows (a batch's record, an empty frame of a
 schema) in local mode: the master's cores up to this many. Spark's default is every core,
 so on a large machine a one-row frame would be scanned by dozens of empty tasks; more tasks
-than cores only adds work (the suite's backfill tests on `local[2]`: 6% less CPU than with 4)."""
+than cores only adds work."""
 _LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
@@ -221,8 +221,7 @@ COMPILED_SQL = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.facto
 """Spark's own code generation (its defaults), which a micro-batch takes back, again only where
 the user's Spark configuration says nothing, for its queries over tables that grow with the
 pipeline's history: checking its ids against the seen ids and MERGEing its panes into the
-results. There compiled code pays for itself: interpreted, a 100k-row batch's results MERGE
-on a 10M-row history took 7.4 s against 5.2 s compiled."""
+results. There compiled code pays for itself, as the history grows."""
 
 
 def unless_configured(spark: "SparkSession", settings: dict[str, str]) -> dict[str, str]:
@@ -259,10 +258,8 @@ the executors'). A micro-batch runs some forty small Spark jobs over a few thous
 each, through a large body of Spark, Delta and Scala code: with HotSpot's thresholds the
 compiler threads compiled some 46,000 methods in a minute of `--loop` and took about 45% of
 its CPU, on the cores the batches need. With these, the many methods a batch calls only a
-few thousand times stay interpreted, while the hot ones (the rows' loops) still compile.
-Measured on 2 cores (docs/spark-runner.md, Performance): `--loop` 9-19% more rows per second
-with 11-19% less CPU; a cold one-process batch and a 2M-row backfill unchanged (within their
-noise). A user's own JIT flags in `DATAFLOW_SPARK_JAVA_OPTS` replace these (`names_jit`);
+few thousand times stay interpreted, while the hot ones (the rows' loops) still compile
+(benchmarks/results/spark-runner-history.md has the measurements). A user's own JIT flags in `DATAFLOW_SPARK_JAVA_OPTS` replace these (`names_jit`);
 a cluster's driver, which shares no cores with executors, keeps HotSpot's."""
 
 _JIT_FLAGS = re.compile(r"^-X(int|comp)$|^-XX:[+-]?(Tier\w*|CompileThreshold\w*)")

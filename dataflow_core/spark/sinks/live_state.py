@@ -90,8 +90,8 @@ def next_wake(spark: "SparkSession", stage: StageSpec) -> Wake | None:
     batch). A version's contents never change, so the state is read once per version, not
     at every interval of an idle `--loop` that asks whether anything is due. It is read on
     the driver through delta-rs, three columns and no Spark job: through Spark, Delta's
-    snapshot of the new version and the query cost some 6 s of a `--loop`'s 2 cores after
-    every batch (docs/spark-runner.md, Performance). A table delta-rs cannot read (deletion
+    snapshot of the new version and the query would take a `--loop`'s cores after every
+    batch. A table delta-rs cannot read (deletion
     vectors) or holding state of a format this build cannot read is read through Spark, which
     names what is wrong."""
     import pyarrow.compute as pc
