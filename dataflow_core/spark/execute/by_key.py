@@ -3,7 +3,7 @@ keys per Arrow batch.
 
 Spark's `groupBy().applyInArrow` (and `cogroup`) sends every key's rows as an Arrow stream
 of its own and calls Python once per key for a table of its own: on a micro-batch's 2,000
-keys that per-key traffic costs more than the model (docs/spark-runner.md, Performance). Here the rows are
+keys that per-key traffic costs more than the model (benchmarks/results/spark-runner-history.md). Here the rows are
 hash-partitioned on the key and sorted within partitions, the shuffle and sort a grouped
 aggregation does, and `mapInArrow` walks each partition's batches, cutting them where the
 key changes: a key's rows are one slice, whichever batches they came in. The output rows of

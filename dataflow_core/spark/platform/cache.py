@@ -2,7 +2,7 @@
 
 Spark's in-memory columns are compressed by default, and compressing is most of what
 building the cache costs, while a runner's elements (event ids, decimal values, times)
-hardly compress (figures: docs/spark-runner.md, Performance). So the runners' caches are
+hardly compress (figures: benchmarks/results/spark-runner-history.md). So the runners' caches are
 kept uncompressed. The setting is captured when
 `persist()` is called, so it is set for that call only: the session's own caches (a
 notebook's, say) keep the user's setting.

@@ -178,7 +178,7 @@ LOCAL_SQL_DEFAULTS = {
     # Delta rebuilds a table's state (its files, its idempotent-write ids) with a small Spark
     # job after each commit, before the next idempotent write: on tables of a few thousand
     # files a second task costs more than it splits, and a micro-batch commits to seven
-    # (docs/spark-runner.md, Performance)
+    # (benchmarks/results/spark-runner-history.md)
     "spark.databricks.delta.snapshotPartitions": "1",
     # VACUUM lists a table's folders with this many Spark tasks (Spark's default is
     # 10,000: 30 s of empty tasks per table on 2 cores, whatever the table's size)
@@ -204,7 +204,7 @@ MICRO_BATCH_SQL = {
     # A micro-batch runs some thirty distinct queries over a few thousand rows each: at that
     # size Spark generating and compiling Java for them (Janino, then the JIT) costs more
     # than the generated code saves, so they run interpreted (with COMPILED_SQL where history
-    # grows; figures: docs/spark-runner.md, Performance). Whole-stage code generation is
+    # grows; figures: benchmarks/results/spark-runner-history.md). Whole-stage code generation is
     # Spark's public switch; `factoryMode` turns off the per-expression generated classes
     # too (an internal setting of Spark's, read in Spark 4.2 by
     # `CodeGeneratorWithInterpretedFallback`: every expression keeps an interpreted path).

@@ -4,9 +4,9 @@ Each commit leaves a table a new snapshot, and Delta computes that snapshot's st
 files, its idempotent-write ids) with small Spark jobs the first time something asks for it:
 a read of that version, or the next write under `txnAppId`/`txnVersion`. A micro-batch reads
 or writes five or more tables that the batch before it committed to, so nine such
-computations ("Compute snapshot for version N", about 0.2 to 0.5 s each) ran inside every
-warm `--loop` batch, the state table's and the results table's on its critical path
-(docs/spark-runner.md, Performance).
+computations ("Compute snapshot for version N") ran inside every warm `--loop` batch, the
+state table's and the results table's on its critical path (measured:
+benchmarks/results/spark-runner-history.md).
 
 `warm` computes them in a thread of its own: after a `--loop` batch has finished, while the
 loop waits for the next trigger, and once a batch has claimed its number, while the batch
