@@ -19,7 +19,8 @@ _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 @dataclass(frozen=True)
 class StageSpec:
-    """One GroupByKeyAndWindow: its strategy, its key columns, its output tables' name.
+    """One GroupByKeyAndWindow: its strategy, its key columns, its output tables' name. Users
+    build it with `dataflow_core.api.stage` (the one way to define a pipeline); runners take it.
 
     `value_type` is the type of the panes' values: a Python type (`int`, `float`, `Decimal`,
     `str`, `bool`), a Spark SQL type name (`"decimal(28,3)"`), or omitted where the
@@ -71,14 +72,15 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class PipelineSpec:
-    """A pipeline over one Delta input table.
+    """A pipeline over one Delta input table, as `dataflow_core.api.pipeline` builds and
+    registers it (the one way to define one); runners take it.
 
     Column settings are Spark SQL expressions over the input's columns: `key` names the
     key column(s) once (a column name, a tuple of names, or a dict of column -> expression),
     and they are the first stage's key columns; `value` gives the element's value, `where`
     selects the rows that are input at all (rows it leaves out are neither counted nor
-    bad). Rows whose event time is more than `max_skew` after their ingest time are
-    quarantined. `partition_column` (a date column the table is partitioned by, for
+    bad). Rows whose event time is more than `max_skew` (any of `parse_duration`'s forms) after
+    their ingest time are quarantined. `partition_column` (a date column the table is partitioned by, for
     pruning) and `quality_suite` (an `expectations/<name>.json` the input rows must pass)
     are used only when given. `watermark` is an estimator, or a function making a fresh one.
     """

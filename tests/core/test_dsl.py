@@ -185,3 +185,15 @@ def test_format_md_parameter_names_work_as_keywords():
     assert parse_trigger("AfterProcessingTime(d=1m)") == parse_trigger("AfterProcessingTime(1m)")
     with pytest.raises(ExpressionError, match="has no parameter 'd'"):
         parse_trigger("AfterCount(d=2)")
+
+
+def test_a_texts_durations_mean_what_the_same_durations_mean_in_python():
+    """The text form keeps FORMAT.md's syntax (a unit on every duration: `FixedWindows(5)` is
+    refused above), and reads it as the Python constructors read the same text or its
+    milliseconds: one reading of durations."""
+    assert parse_window_fn("FixedWindows(90s, offset=30s)").describe() == FixedWindows("90s", "30s").describe() \
+        == FixedWindows(90_000, 30_000).describe()
+    assert parse_window_fn("SlidingWindows(1h, 10m)").describe() == SlidingWindows("1h", 600_000).describe()
+    assert parse_window_fn("Sessions(30m)").describe() == Sessions(1_800_000).describe()
+    assert parse_trigger("AlignedProcessingTime(10m, offset=1m)") == AlignedProcessingTime("10m", 60_000)
+    assert parse_trigger("AfterProcessingTime(500ms)") == AfterProcessingTime(500)
