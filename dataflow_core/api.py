@@ -64,19 +64,29 @@ def duration(value: "Duration | str") -> Duration:
 
 
 def seconds(n: float) -> Duration:
-    return parse_duration(round(n * 1000), "seconds")
+    return _scaled(n, 1000, "seconds")
 
 
 def minutes(n: float) -> Duration:
-    return parse_duration(round(n * 60_000), "minutes")
+    return _scaled(n, 60_000, "minutes")
 
 
 def hours(n: float) -> Duration:
-    return parse_duration(round(n * 3_600_000), "hours")
+    return _scaled(n, 3_600_000, "hours")
 
 
 def days(n: float) -> Duration:
-    return parse_duration(round(n * 86_400_000), "days")
+    return _scaled(n, 86_400_000, "days")
+
+
+def _scaled(n: float, unit: int, name: str) -> Duration:
+    """`n` units in milliseconds (to the nearest), checked as every duration is."""
+    if isinstance(n, bool) or not isinstance(n, (int, float)):
+        raise ValueError(f"{name}({n!r}): give a number")
+    try:
+        return parse_duration(round(n * unit))
+    except (ValueError, OverflowError):
+        raise ValueError(f"{name}({n!r}) is no duration (a duration is zero or more)") from None
 
 
 def stage(

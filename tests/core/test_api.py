@@ -153,3 +153,13 @@ def test_the_shipped_pipelines_use_only_the_api():
         dataflow = [line for line in imports if "dataflow_core" in line]
         assert all(line.startswith("from dataflow_core.api import") for line in dataflow), (module.name, dataflow)
         assert len(dataflow) <= 1, (module.name, dataflow)
+
+
+def test_the_unit_helpers_give_what_the_same_text_gives():
+    assert api.seconds(90) == api.duration("90s") == 90_000
+    assert api.minutes(1.5) == api.duration("90s")
+    assert api.hours(1) == api.duration("1h") and api.days(1) == api.duration("1d")
+    for helper in (api.seconds, api.minutes, api.hours, api.days):
+        for bad in (-1, float("nan"), "1", True):
+            with pytest.raises(ValueError, match=rf"^{helper.__name__}\({re.escape(repr(bad))}\)"):
+                helper(bad)
