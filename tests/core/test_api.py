@@ -163,3 +163,28 @@ def test_the_unit_helpers_give_what_the_same_text_gives():
         for bad in (-1, float("nan"), "1", True):
             with pytest.raises(ValueError, match=rf"^{helper.__name__}\({re.escape(repr(bad))}\)"):
                 helper(bad)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs"
+
+
+def _api_examples() -> list[tuple[str, str]]:
+    """Every Python block of the docs that defines pipelines or stages with the api."""
+    found = []
+    for page in ("write-your-own-pipeline.md", "spark-runner.md"):
+        for block in re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(encoding="utf-8"), re.S):
+            if "dataflow_core.api import" in block:
+                found.append((page, block))
+    return found
+
+
+@pytest.mark.parametrize("page, block", _api_examples(), ids=lambda v: v if v.endswith(".md") else "")
+def test_the_docs_api_examples_run_as_written(clean_registry, page, block):
+    before = set(registry._REGISTRY)
+    exec(compile(block, f"{page} example", "exec"), {})  # noqa: S102 - the docs' own code
+    defined = re.findall(r'^pipeline\(\n?\s*"(\w+)"', block, re.M)
+    assert set(registry._REGISTRY) - before == set(defined)
+
+
+def test_the_docs_have_api_examples():
+    assert {page for page, _ in _api_examples()} == {"write-your-own-pipeline.md", "spark-runner.md"}
