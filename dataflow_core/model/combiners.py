@@ -57,7 +57,10 @@ class CombineFn(ABC, Generic[Acc]):
     def create_accumulator(self) -> Acc: ...
 
     @abstractmethod
-    def add_input(self, acc: Acc, value: Any) -> Acc: ...
+    def add_input(self, acc: Acc, value: Any) -> Acc:
+        """`acc` with `value` added. It may change `acc` and return it (as Beam allows):
+        callers keep the accumulator returned and never use the one they passed again (so
+        does `retract_input`); one that must keep a snapshot copies it there."""
 
     @abstractmethod
     def merge_accumulators(self, accs: Iterable[Acc]) -> Acc: ...
