@@ -108,7 +108,7 @@ class CombineFn(ABC, Generic[Acc]):
         """The total of a window whose discarding panes had these outputs."""
         values = list(outputs)
         if self.output_merge == "sum":
-            return sum(values[1:], values[0]) if values else self.extract_output(self.create_accumulator())
+            return sum(values[1:], values[0]) if values else self.empty_output()
         if self.output_merge in ("min", "max") and values:
             present = [v for v in values if v is not None]
             if not present:
