@@ -144,12 +144,12 @@ def orders_pipeline(combiner, value="amount", value_type=None, later=None, then=
     then the stages `then`."""
     stages = [stage("s", FixedWindows(minutes(60)), combiner, accumulation="discarding", value_type=value_type)]
     if later is not None:
-        stages.append(stage("t", FixedWindows(minutes(60)), later[0], accumulation="discarding", key_columns=("shop_id",),
-                                 from_upstream=lambda pane: [(pane.key, pane.value)], input_type=later[1]))
+        stages.append(stage("t", FixedWindows(minutes(60)), later[0], accumulation="discarding",
+                            key_columns=("shop_id",), from_upstream=lambda pane: [(pane.key, pane.value)],
+                            input_type=later[1]))
     return PipelineSpec(name="orders", input_table="shop_orders", key="shop_id", value=value,
-                        stages=(*stages, *then),
-                        watermark=HeuristicWatermark(bound=minutes(2)), event_time="ordered_at",
-                        ingest_time="received_at", event_id="order_id")
+                        stages=(*stages, *then), watermark=HeuristicWatermark(bound=minutes(2)),
+                        event_time="ordered_at", ingest_time="received_at", event_id="order_id")
 
 
 @pytest.mark.parametrize("value_type, declared", [(bool, "boolean"), (str, "string"), (int, "bigint")])
@@ -227,7 +227,8 @@ def test_a_global_window_stage_that_fires_only_at_the_end_of_input_is_a_warning_
 
 SECOND_STAGE = GOOD.replace(
     "allowed_lateness=\"1d\")],",
-    "allowed_lateness=\"1d\"),\n            stage(\"shop_totals\", GlobalWindows(), SumFn(), key_columns=(\"shop_id\",),\n"
+    "allowed_lateness=\"1d\"),\n            stage(\"shop_totals\", GlobalWindows(), SumFn(),\n"
+    "                  key_columns=(\"shop_id\",),\n"
     "                  from_upstream=lambda pane: [(pane.key, pane.value)], input_type=\"decimal(20,2)\")],",
 ).replace("import FixedWindows,", "import FixedWindows, GlobalWindows,")
 

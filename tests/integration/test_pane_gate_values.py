@@ -26,7 +26,8 @@ SCHEMA = ("shop_id string, window_start timestamp, window_end timestamp, value b
 
 
 def stage(output: str, combiner) -> StageSpec:
-    strategy = WindowingStrategy(window_fn=FixedWindows(parse_duration("1h")), trigger=AfterWatermark(early=AfterCount(1)),
+    strategy = WindowingStrategy(window_fn=FixedWindows(parse_duration("1h")),
+                                 trigger=AfterWatermark(early=AfterCount(1)),
                                  accumulation=AccumulationMode.DISCARDING, combiner=combiner)
     return StageSpec(output, strategy, ("shop_id",), "bigint")
 
