@@ -9,6 +9,7 @@ stage that never fires live)."""
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -128,9 +129,26 @@ def _may_give(combiner: CombineFn, value_type: str) -> bool:
     return not gives or family(value_type) in {family(t) for t in gives}
 
 
+_CAST = re.compile(r"(?:try_)?cast\s*\((.+)\s+as\s+([a-z_]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*\)", re.IGNORECASE)
+
+
 def _value_input_type(spec: PipelineSpec, schema: TableSchema) -> str | None:
-    """The type of `value` when it is a plain column of the table."""
-    return schema.columns.get(spec.value.strip().strip("`"))
+    """The type of `value` when it is a plain column of the table or a cast to a type
+    (`cast(amount AS double)`); None otherwise (only Spark knows an expression's type)."""
+    value = spec.value.strip()
+    cast = _CAST.fullmatch(value)
+    if cast and _balanced(cast.group(1)):  # one cast around it all, not `cast(a AS int) / cast(b AS int)`
+        return normalized(cast.group(2))
+    return schema.columns.get(value.strip("`"))
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _feed_mistakes(up: StageSpec, stage: StageSpec) -> list[str]:

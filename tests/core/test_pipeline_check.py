@@ -254,3 +254,15 @@ def test_a_mismatched_value_type_is_one_line_before_spark(shop):
         "dataflow backfill: error: pipeline shop_revenue: stage shop_revenue: value_type bigint cannot hold sum over "
         "value amount (decimal(10,2)), which is decimal(20,2): value_type='decimal(20,2)' (or leave value_type out "
         "to infer it)"]
+
+
+def test_a_cast_value_has_the_type_it_is_cast_to():
+    spec = orders_pipeline(SumFn(), value="CAST(amount AS double)")
+    assert check_pipeline(spec, ORDERS) == [] and resolve(spec, ORDERS).stages[0].value_type == "double"
+    assert resolve(orders_pipeline(SumFn(), value="try_cast(amount as decimal(12, 2))"), ORDERS).stages[0].value_type \
+        == "decimal(22,2)"
+    (line,) = check_pipeline(orders_pipeline(SumFn(), value="cast(amount as string)"), ORDERS)
+    assert line.startswith("stage s: sum cannot take value cast(amount as string) (string)")
+    # Casts inside an expression do not say its type.
+    (line,) = check_pipeline(orders_pipeline(SumFn(), value="cast(amount as int) / cast(amount as int)"), ORDERS)
+    assert line.startswith("stage s: value_type: cannot infer the type of sum over value cast(amount as int) /")
