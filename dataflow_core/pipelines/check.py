@@ -104,8 +104,9 @@ def _type_mistakes(stage: StageSpec, input_type: str | None, source: str, named:
     c, given, where = stage.strategy.combiner, stage.value_type, f"stage {stage.output}"
     if input_type is not None and not c.accepts(input_type):
         takers = ", ".join(sorted(name for name, fn in BUILT_IN.items() if fn().accepts(input_type)))
-        return [f"{where}: {c.name} cannot take {source}: give a value it takes (e.g. a numeric column or a "
-                f"cast), or a combiner that takes {normalized(input_type)} ({takers})"]
+        example = " (e.g. a numeric column or a cast)" if c.accepts("bigint") else ""
+        other = f", or a combiner that takes {normalized(input_type)} ({takers})" if takers else ""
+        return [f"{where}: {c.name} cannot take {source}: give a value it takes{example}{other}"]
     gives = c.output_type(input_type) if input_type is not None else None
     if given is None:
         if gives is None:
