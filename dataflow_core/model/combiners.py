@@ -13,7 +13,11 @@ A combiner also declares what runners need to keep and add up its results:
   SQL aggregates over a column `value`, the accumulator that partial stands for, and how
   to take a partial's accumulator back out (combiner lifting: a runner may reduce a
   step's elements per window in SQL and hand the model one accumulator; see
-  `model.lifting`). A combiner without `sql_partial` is fed element by element.
+  `model.lifting`). A combiner without `sql_partial` is fed element by element;
+- `output_type` / `accepts` / `empty_output`: the Spark SQL type of its output for an input
+  type, whether it can take inputs of a type at all (`model.value_types` names them), and
+  the value of a pane with nothing in it. `dataflow check`, type inference and the pane
+  gate ask these rather than guess from the combiner's class.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import Counter
 from typing import Any, Callable, Generic, Iterable, TypeVar
+
+from dataflow_core.model.value_types import is_atomic, is_numeric, normalized, sum_type
 
 Acc = TypeVar("Acc")
 
@@ -35,14 +41,26 @@ class CombineFn(ABC, Generic[Acc]):
         if "name" not in cls.__dict__:
             cls.name = cls.__name__  # messages name the user's combiner class
         meaning = ("create_accumulator", "add_input", "merge_accumulators", "extract_output")
-        if "sql_output" not in cls.__dict__ and any(m in cls.__dict__ for m in meaning):
+        redefines = [m for m in meaning if m in cls.__dict__]
+        if "sql_output" not in cls.__dict__ and redefines:
             cls.sql_output = None
+        # What a parent declares about its outputs and inputs describes the parent's
+        # meaning: a subclass that changes it and does not restate them declares nothing.
+        if "output_type" not in cls.__dict__ and redefines:
+            cls.output_type = CombineFn.output_type  # type: ignore[method-assign]
+        if "empty_output" not in cls.__dict__ and {"create_accumulator", "extract_output"} & set(redefines):
+            cls.empty_output = CombineFn.empty_output  # type: ignore[method-assign]
+        if "accepts" not in cls.__dict__ and {"create_accumulator", "add_input"} & set(redefines):
+            cls.accepts = CombineFn.accepts  # type: ignore[method-assign]
 
     @abstractmethod
     def create_accumulator(self) -> Acc: ...
 
     @abstractmethod
-    def add_input(self, acc: Acc, value: Any) -> Acc: ...
+    def add_input(self, acc: Acc, value: Any) -> Acc:
+        """`acc` with `value` added. It may change `acc` and return it (as Beam allows):
+        callers keep the accumulator returned and never use the one they passed again (so
+        does `retract_input`); one that must keep a snapshot copies it there."""
 
     @abstractmethod
     def merge_accumulators(self, accs: Iterable[Acc]) -> Acc: ...
@@ -58,6 +76,28 @@ class CombineFn(ABC, Generic[Acc]):
     def can_retract(self) -> bool:
         return type(self).retract_input is not CombineFn.retract_input
 
+    # --- what it takes and gives (types as Spark SQL type names, `model.value_types`) -----
+
+    def output_type(self, input_type: str | None) -> str | None:
+        """The type of this combiner's output over inputs of `input_type` (None: not known,
+        then only a type that does not depend on the input is given), as Spark aggregates
+        them: a sum of decimal(10,2) is decimal(20,2). None when not known; a user's
+        combiner declares none unless it overrides this."""
+        return None
+
+    def accepts(self, input_type: str | None) -> bool:
+        """Whether inputs of `input_type` can be combined at all (a sum needs numbers; a
+        boolean is not one). An unknown type (None) is accepted; a user's combiner accepts
+        every type unless it overrides this."""
+        return True
+
+    def empty_output(self) -> Any:
+        """`extract_output` of an empty accumulator: the value of a pane with nothing in it
+        (a discarding pane with nothing new since the window's last pane, or a window whose
+        inputs were all retracted). A pane may carry None exactly when this is None
+        (`value_present`, the pane gate's rule)."""
+        return self.extract_output(self.create_accumulator())
+
     # --- how results add up (discarding panes) ------------------------------------------
 
     output_merge: str | None = None
@@ -68,7 +108,7 @@ class CombineFn(ABC, Generic[Acc]):
         """The total of a window whose discarding panes had these outputs."""
         values = list(outputs)
         if self.output_merge == "sum":
-            return sum(values[1:], values[0]) if values else self.extract_output(self.create_accumulator())
+            return sum(values[1:], values[0]) if values else self.empty_output()
         if self.output_merge in ("min", "max") and values:
             present = [v for v in values if v is not None]
             if not present:
@@ -154,6 +194,15 @@ class SumFn(CombineFn[Any]):
     def retract_input(self, acc: Any, value: Any) -> Any:
         return acc - value
 
+    def output_type(self, input_type: str | None) -> str | None:
+        return sum_type(input_type) if input_type is not None else None
+
+    def accepts(self, input_type: str | None) -> bool:
+        return input_type is None or is_numeric(input_type)
+
+    def empty_output(self) -> Any:
+        return 0
+
     sql_partial = (("sum", "sum(value)"),)
 
     def from_partial(self, partial: dict[str, Any]) -> Any:
@@ -186,6 +235,12 @@ class CountFn(CombineFn[int]):
     def output_possible(self, output: Any) -> bool:
         return output >= 0
 
+    def output_type(self, input_type: str | None) -> str | None:
+        return "bigint"  # whatever it counts
+
+    def empty_output(self) -> int:
+        return 0
+
     sql_partial = (("n", "count(1)"),)
     partial_exact_for_floats = True
 
@@ -212,10 +267,20 @@ class MeanFn(CombineFn[tuple]):
         return (total, count)
 
     def extract_output(self, acc: tuple) -> Any:
-        return acc[0] / acc[1] if acc[1] else None
+        """A float, as its declared type (double) is, for decimal inputs too."""
+        return float(acc[0] / acc[1]) if acc[1] else None
 
     def retract_input(self, acc: tuple, value: Any) -> tuple:
         return (acc[0] - value, acc[1] - 1)
+
+    def output_type(self, input_type: str | None) -> str | None:
+        return "double" if input_type is not None and self.accepts(input_type) else None
+
+    def accepts(self, input_type: str | None) -> bool:
+        return input_type is None or is_numeric(input_type)
+
+    def empty_output(self) -> Any:
+        return None
 
     sql_partial = (("sum", "sum(value)"), ("n", "count(1)"))
 
@@ -230,15 +295,24 @@ class MeanFn(CombineFn[tuple]):
 
 
 class _MultisetFn(CombineFn[Counter]):
-    """Keeps a multiset of inputs so that any input can be retracted exactly."""
+    """Keeps a multiset of inputs so that any input can be retracted exactly.
+
+    `add_input` and `retract_input` change the accumulator they are given and return it
+    (a window's accumulator has one owner: the window; a copy per add made a window's
+    inputs cost quadratic time). `merge_accumulators` and `retract_accumulator` make new
+    ones."""
 
     def create_accumulator(self) -> Counter:
         return Counter()
 
     def add_input(self, acc: Counter, value: Any) -> Counter:
-        acc = Counter(acc)
         acc[value] += 1
         return acc
+
+    def accepts(self, input_type: str | None) -> bool:
+        """Plain values only: a member of a multiset must be hashable (an array's or a
+        struct's Python value is not)."""
+        return input_type is None or is_atomic(input_type)
 
     def merge_accumulators(self, accs: Iterable[Counter]) -> Counter:
         merged: Counter = Counter()
@@ -249,7 +323,6 @@ class _MultisetFn(CombineFn[Counter]):
     def retract_input(self, acc: Counter, value: Any) -> Counter:
         if acc.get(value, 0) <= 0:
             raise ValueError(f"{self.name}: cannot retract {value!r}, it was never added")
-        acc = Counter(acc)
         acc[value] -= 1
         if not acc[value]:
             del acc[value]
@@ -291,6 +364,12 @@ class MinFn(_MultisetFn):
     def extract_output(self, acc: Counter) -> Any:
         return min(acc) if acc else None
 
+    def output_type(self, input_type: str | None) -> str | None:
+        return normalized(input_type) if input_type is not None and self.accepts(input_type) else None
+
+    def empty_output(self) -> Any:
+        return None
+
 
 class MaxFn(_MultisetFn):
     name = "max"
@@ -299,6 +378,9 @@ class MaxFn(_MultisetFn):
 
     def extract_output(self, acc: Counter) -> Any:
         return max(acc) if acc else None
+
+    output_type = MinFn.output_type
+    empty_output = MinFn.empty_output
 
 
 class ToListFn(_MultisetFn):
@@ -309,6 +391,14 @@ class ToListFn(_MultisetFn):
     def extract_output(self, acc: Counter) -> list:
         return sorted(acc.elements())
 
+    def output_type(self, input_type: str | None) -> str | None:
+        if input_type is None or not self.accepts(input_type):
+            return None
+        return f"array<{normalized(input_type)}>"
+
+    def empty_output(self) -> list:
+        return []
+
 
 class DistinctCountFn(_MultisetFn):
     """Exact number of distinct inputs."""
@@ -318,8 +408,21 @@ class DistinctCountFn(_MultisetFn):
     def extract_output(self, acc: Counter) -> int:
         return len(acc)
 
+    def output_type(self, input_type: str | None) -> str | None:
+        return "bigint"  # whatever it counts
+
+    def empty_output(self) -> int:
+        return 0
+
     def output_possible(self, output: Any) -> bool:
         return output >= 0
+
+
+def value_present(combiner: CombineFn, value: Any) -> bool:
+    """The pane gate's rule `value_present`: a pane carries a value, or None where the
+    combiner's empty pane is None (a discarding min's on-time pane with nothing new since
+    its early pane is empty). A sum's or a list's empty pane is 0 or [], never None."""
+    return value is not None or combiner.empty_output() is None
 
 
 BUILT_IN: dict[str, Callable[[], CombineFn]] = {

@@ -110,7 +110,7 @@ def correct(
     s = ks.strategy
     keep = elements is not None
     rebuilt = rebuild_windows(ks.key, s, elements) if keep and s.accumulation.accumulates else {}
-    empty = s.combiner.extract_output(s.combiner.create_accumulator())
+    empty = s.combiner.empty_output()
     out = Corrected()
     for c in sorted(corrections, key=lambda c: (c.present, c.window.end, c.window.start)):
         ws = _standing_window(ks, c, at, watermark)

@@ -1,21 +1,28 @@
 """A pipeline checked against its input table before any Spark job: the table's schema comes
 from its Delta log (`table_schema.read_schema`, no JVM), and every mistake is one line
 naming the field and the fix, e.g. `value: no column amount_usd in shop_orders (did you
-mean amount?)`. Value types left out are inferred from the table here (`resolve`)."""
+mean amount?)`. What each stage's combiner takes and gives is asked of the combiner
+(`CombineFn.accepts`, `CombineFn.output_type`); value types left out are inferred from the
+table here (`resolve`). `check_warnings` says what fits but may not do what was meant (a
+stage that never fires live)."""
 
 from __future__ import annotations
 
 import difflib
+import re
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.model.combiners import BUILT_IN, CombineFn
 from dataflow_core.model.panes import Pane, PaneTiming
+from dataflow_core.model.trigger_machine import Trigger
+from dataflow_core.model.triggers import AfterAll, AfterEach, AfterFirst, AfterWatermark, Never, OrFinally, Repeatedly
+from dataflow_core.model.value_types import ATOMIC, element_of, family, holds, normalized
 from dataflow_core.model.windows import GlobalWindows, IntervalWindow
 from dataflow_core.pipelines.spec import PipelineSpec, StageSpec
 from dataflow_core.pipelines.table_schema import TableSchema, columns_in, read_schema
-from dataflow_core.pipelines.types import infer_output_type, is_numeric
 
 
 class PipelineMistakes(DataflowError):
@@ -77,26 +84,78 @@ def _stage_mistakes(spec: PipelineSpec, n: int, stage: StageSpec, schema: TableS
     if wfn.reach is None and not isinstance(wfn, GlobalWindows):
         out.append(f"stage {stage.output}: window {wfn.describe()} declares no reach (define WindowFn.reach: how "
                    "far after an element's time its windows can end; without it no event id is ever forgotten)")
-    if stage.value_type is None:
-        input_type = _value_input_type(spec, schema) if n == 0 else stage.input_type
-        if input_type is None or infer_output_type(stage.strategy.combiner, input_type) is None:
-            out.append(f"stage {stage.output}: value_type: cannot infer the type of {stage.strategy.combiner.name} "
-                       f"over {'value ' + spec.value if n == 0 else 'its input'}; give value_type (e.g. int, float, "
-                       "Decimal, or a Spark type such as 'decimal(28,3)')")
+    if n == 0:
+        input_type = _value_input_type(spec, schema)
+        named = f"value {spec.value}"
+        source = f"{named} ({normalized(input_type)})" if input_type else named
+    else:
+        input_type, source, named = stage.input_type, f"input_type {stage.input_type}", "its input"
+    out += _type_mistakes(stage, input_type, source, named)
     if n:
         out += _feed_mistakes(spec.stages[n - 1], stage)
     return out
 
 
+def _type_mistakes(stage: StageSpec, input_type: str | None, source: str, named: str) -> list[str]:
+    """Whether the stage's combiner takes inputs of `input_type` (None: not known, the value
+    is an expression) and its `value_type` holds what the combiner gives for them (a sum of
+    decimal(10,2) as bigint would drop the cents); a type left out must be one the combiner
+    can say. `source` names the input with its type, `named` without."""
+    c, given, where = stage.strategy.combiner, stage.value_type, f"stage {stage.output}"
+    if input_type is not None and not c.accepts(input_type):
+        takers = ", ".join(sorted(name for name, fn in BUILT_IN.items() if fn().accepts(input_type)))
+        example = " (e.g. a numeric column or a cast)" if c.accepts("bigint") else ""
+        other = f", or a combiner that takes {normalized(input_type)} ({takers})" if takers else ""
+        return [f"{where}: {c.name} cannot take {source}: give a value it takes{example}{other}"]
+    gives = c.output_type(input_type) if input_type is not None else None
+    if given is None:
+        if gives is None:
+            return [f"{where}: value_type: cannot infer the type of {c.name} over {named}; give "
+                    "value_type (e.g. int, float, Decimal, or a Spark type such as 'decimal(28,3)')"]
+        return []
+    if gives is not None and not holds(given, gives):
+        return [f"{where}: value_type {given} cannot hold {c.name} over {source}, which is {gives}: "
+                f"value_type={gives!r} (or leave value_type out to infer it)"]
+    if input_type is None and not _may_give(c, given):
+        return [f"{where}: value_type {given} is no type {c.name} gives: give the type of its output "
+                "(e.g. 'double', 'bigint' or 'decimal(28,3)' for a number), or leave it out"]
+    return []
+
+
+def _may_give(combiner: CombineFn, value_type: str) -> bool:
+    """Whether `combiner` gives a value of `value_type`'s family over some input it takes
+    (asked when the input's type is not known); True when the combiner declares no types."""
+    inputs = [*ATOMIC, "decimal(38,18)", value_type, *filter(None, [element_of(value_type)])]
+    gives = [t for t in (combiner.output_type(i) for i in inputs if combiner.accepts(i)) if t is not None]
+    return not gives or family(value_type) in {family(t) for t in gives}
+
+
+_CAST = re.compile(r"(?:try_)?cast\s*\((.+)\s+as\s+([a-z_]+(?:\s*\(\s*\d+\s*,\s*\d+\s*\))?)\s*\)", re.IGNORECASE)
+
+
 def _value_input_type(spec: PipelineSpec, schema: TableSchema) -> str | None:
-    """The type of `value` when it is a plain column of the table."""
-    return schema.columns.get(spec.value.strip().strip("`"))
+    """The type of `value` when it is a plain column of the table or a cast to a type
+    (`cast(amount AS double)`); None otherwise (only Spark knows an expression's type)."""
+    value = spec.value.strip()
+    cast = _CAST.fullmatch(value)
+    if cast and _balanced(cast.group(1)):  # one cast around it all, not `cast(a AS int) / cast(b AS int)`
+        return normalized(cast.group(2))
+    return schema.columns.get(value.strip("`"))
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _feed_mistakes(up: StageSpec, stage: StageSpec) -> list[str]:
     """Whether `up`'s panes can feed `stage`: its from_upstream, tried on a pane of `up`'s
-    shape, gives (key, value) pairs with as many key parts as `stage.key_columns` and
-    values the combiner can take."""
+    shape, gives (key, value) pairs with as many key parts as `stage.key_columns` (whether
+    the combiner takes their values is `_type_mistakes`', over `input_type`)."""
     sample = Pane(tuple("k" for _ in up.key_columns) if len(up.key_columns) > 1 else "k",
                   IntervalWindow(0, 60_000), _sample_value(up.value_type), 59_999, PaneTiming.ON_TIME, 0, 0, True,
                   False, 60_000)
@@ -113,10 +172,6 @@ def _feed_mistakes(up: StageSpec, stage: StageSpec) -> list[str]:
         if parts != len(stage.key_columns):
             out.append(f"stage {stage.output}: from_upstream gives keys of {parts} part(s) but key_columns names "
                        f"{len(stage.key_columns)} ({', '.join(stage.key_columns)}): make them match")
-    numeric = ("sum", "mean")
-    if stage.input_type and not is_numeric(stage.input_type) and stage.strategy.combiner.output_merge in numeric:
-        out.append(f"stage {stage.output}: input_type {stage.input_type} cannot be summed by "
-                   f"{stage.strategy.combiner.name}: give a numeric input_type")
     return out
 
 
@@ -133,11 +188,50 @@ def resolve(spec: PipelineSpec, schema: TableSchema) -> PipelineSpec:
     for n, stage in enumerate(spec.stages):
         source = input_type if n == 0 else stage.input_type
         if stage.value_type is None and source is not None:
-            stage = replace(stage, value_type=infer_output_type(stage.strategy.combiner, source))
+            stage = replace(stage, value_type=stage.strategy.combiner.output_type(source))
         stages.append(stage)
     if all(a is b for a, b in zip(stages, spec.stages)):
         return spec
     return replace(spec, stages=tuple(stages))
+
+
+def check_warnings(spec: PipelineSpec) -> list[str]:
+    """What fits but may not do what was meant, one line each: a stage of global windows
+    whose trigger fires only when the watermark passes the window's end (the end of time,
+    which an unbounded input never reaches) is computed by backfills but never updates live."""
+    out = []
+    for stage in spec.stages:
+        s = stage.strategy
+        if isinstance(s.window_fn, GlobalWindows) and not _fires_before_end_of_time(s.trigger):
+            out.append(f"stage {stage.output}: global windows with trigger {s.trigger.describe()} fire only at the "
+                       "end of input, so live runs never update it: give early firings (e.g. trigger="
+                       "AfterWatermark(early=AfterProcessingTime(minutes(1))) and an accumulation mode) or finite "
+                       "windows")
+    return out
+
+
+def _fires_before_end_of_time(trigger: Trigger) -> bool:
+    """Whether `trigger` can fire in a window whose end the watermark never passes: counts,
+    processing time and percentiles can; a bare watermark trigger and Never cannot. A
+    trigger this does not know is taken to fire."""
+    def can(t: Trigger) -> bool:
+        return _fires_before_end_of_time(t)
+
+    if isinstance(trigger, Never):
+        return False
+    if isinstance(trigger, AfterWatermark):
+        return trigger.early is not None and can(trigger.early)
+    if isinstance(trigger, Repeatedly):
+        return can(trigger.trigger)
+    if isinstance(trigger, OrFinally):
+        return can(trigger.trigger) or can(trigger.until)
+    if isinstance(trigger, AfterEach):
+        return can(trigger.children[0])
+    if isinstance(trigger, AfterFirst):
+        return any(can(c) for c in trigger.children)
+    if isinstance(trigger, AfterAll):
+        return all(can(c) for c in trigger.children)
+    return True  # AfterCount, processing time, AfterPercentileWatermark, a user's trigger
 
 
 def preflight(name: str, warehouse: str | None = None) -> PipelineSpec:

@@ -12,7 +12,7 @@ from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
 from dataflow_core.model.watermarks import WatermarkEstimator
-from dataflow_core.pipelines.types import declared_type, fixed_output_type
+from dataflow_core.pipelines.types import declared_type
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
@@ -44,7 +44,7 @@ class StageSpec:
             raise DataflowError(f"stage output {self.output!r}: use lower-case letters, digits and underscores")
         keys = (self.key_columns,) if isinstance(self.key_columns, str) else tuple(self.key_columns)
         object.__setattr__(self, "key_columns", keys)
-        value_type = self.value_type if self.value_type is not None else fixed_output_type(self.strategy.combiner)
+        value_type = self.value_type if self.value_type is not None else self.strategy.combiner.output_type(None)
         object.__setattr__(self, "value_type", declared_type(value_type, f"stage {self.output!r}: value_type"))
         object.__setattr__(self, "input_type", declared_type(self.input_type, f"stage {self.output!r}: input_type"))
 

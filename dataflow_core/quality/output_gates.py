@@ -10,6 +10,7 @@ import datetime as dt
 import os
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
+from dataflow_core.model.combiners import value_present
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.panes import HISTORY_RULES, PANE_RULES, RETRACTION_RULES, emission_key, pane_breaks
 from dataflow_core.quality.outcome import REASON, GateOutcome, append_rows_to, docs_dir_of
@@ -59,15 +60,17 @@ def touched_panes(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[s
     return _null_safe_join(panes, windows, _window_cols(stage), "left_semi")
 
 
-GATE_COLUMNS = {rule: f"gate_{rule}" for rule in (*HISTORY_RULES, "value_possible")}
+GATE_COLUMNS = {rule: f"gate_{rule}" for rule in (*HISTORY_RULES, "value_present", "value_possible")}
 """The pane suite's derived column of each rule of a pane history (null where a rule does
-not apply: retractions are checked by `retraction_standing` only, panes by the others)."""
+not apply: retractions are checked by `retraction_standing` only, panes by the others) and
+of each rule of a pane's value (`combiners.value_present`: a null value only where the
+combiner's empty pane is null; `CombineFn.output_possible`)."""
 
 
 def pane_checks(panes: "DataFrame", stage: "StageSpec") -> "DataFrame":
     """`panes` plus the pane suite's `GATE_COLUMNS`: per window in executors, its panes in
-    emission order through `model.panes.pane_breaks`, each pane's value through the
-    combiner's `output_possible`."""
+    emission order through `model.panes.pane_breaks`, each pane's value through
+    `combiners.value_present` and the combiner's `output_possible`."""
     from dataflow_core.spark.execute.by_key import map_keys
 
     columns = list(panes.columns)
@@ -88,6 +91,7 @@ def _checked_window(rows: list[dict], combiner: Any) -> list[dict]:
     for row in rows:
         for column in GATE_COLUMNS.values():
             row[column] = None
+        row[GATE_COLUMNS["value_present"]] = value_present(combiner, row["value"])
         try:
             decoded.append((pane_from_row(None, _codec_fields(row)), row))
         except (TypeError, ValueError):
