@@ -11,7 +11,7 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
-from dataflow_core.model.watermarks import WatermarkEstimator
+from dataflow_core.model.watermarks import WatermarkEstimator, spark_refusal
 from dataflow_core.pipelines.types import declared_type, fixed_output_type
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -105,6 +105,8 @@ class PipelineSpec:
         object.__setattr__(self, "key", _key_expressions(self.key, self.name))
         object.__setattr__(self, "stages", tuple(self.stages))
         object.__setattr__(self, "watermark", _estimator_factory(self.watermark))
+        if (refusal := spark_refusal(self.watermark())) is not None:  # the Spark runners must be able to feed it
+            raise DataflowError(f"pipeline {self.name!r}: {refusal}")
         if not self.stages:
             raise DataflowError(f"pipeline {self.name!r} has no stages")
         first = self.stages[0]
