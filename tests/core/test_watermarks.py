@@ -4,7 +4,7 @@ otherwise), and that the Spark runners' per-batch summaries give the reference's
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 import math
@@ -230,7 +230,12 @@ estimators = st.one_of(
 )
 
 
+@settings(max_examples=300)
 @given(batchings, estimators, st.sampled_from([None, 0, HOUR]), st.booleans())
+@example([(0, [1, 2, 3])], PercentileWatermark(0.5), None, False)  # rank 2 of 3
+@example([(0, list(range(100)))], PercentileWatermark(0.07), HOUR, False)  # 0.07 * 100 is 7.000000000000001
+@example([(0, [5, 9]), (HOUR, []), (HOUR, [1])], PerfectWatermark(), HOUR, True)  # pending, then complete
+@example([(0, [Y2099]), (HOUR, [HOUR])], HeuristicWatermark(0), 0, False)  # capped
 def test_the_spark_runners_summaries_give_the_reference_watermarks(drawn, estimator, skew, replay):
     """Random batchings: the reference (every event time; every later time pending in a
     replay) and the Spark runners' feeding (the per-batch summary; a replay's pending from
