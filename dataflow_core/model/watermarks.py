@@ -314,8 +314,7 @@ class PercentileWatermark(WatermarkEstimator):
     def estimate(self, progress: Progress) -> Instant | None:
         if progress.bounded and not progress.pending_event_times:
             return END_OF_TIME
-        batch = progress.summary(self.quantiles)
-        return None if batch.greatest is None else batch.quantiles[self.quantile]
+        return progress.summary(self.quantiles).quantiles.get(self.quantile)  # none: no element in the batch
 
 
 class SourceProgressWatermark(WatermarkEstimator):

@@ -38,7 +38,8 @@ def summary_columns(estimator: WatermarkEstimator, event_ms: str = "event_ms") -
     cols = [F.max(times).alias(GREATEST)]
     for i, q in enumerate(estimator.quantiles):
         rank = F.least(n, F.greatest(F.lit(1).cast("bigint"), F.ceil(F.lit(float(q)) * n)))
-        cols.append(F.element_at(ordered, rank.cast("int")).alias(_quantile_name(i)))
+        # null over no rows (a batch of duplicates only): element_at(.., 0) is an error
+        cols.append(F.when(n > 0, F.element_at(ordered, rank.cast("int"))).alias(_quantile_name(i)))
     return cols
 
 
@@ -59,8 +60,8 @@ def live_summary(estimator: WatermarkEstimator, arrived: tuple, elements: "DataF
     if not estimator.quantiles or elements is None:
         return BatchSummary(int(arrived[1]))
     row = elements.agg(*summary_columns(estimator)).first()
-    quantiles = summary_of(row, estimator).quantiles
-    return BatchSummary(int(arrived[1]), quantiles)
+    # every row a duplicate: no element, no quantile (the estimator keeps its watermark)
+    return BatchSummary(int(arrived[1]), summary_of(row, estimator).quantiles)
 
 
 def refuse_live(name: str, estimator: WatermarkEstimator) -> None:
