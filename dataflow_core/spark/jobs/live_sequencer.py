@@ -27,8 +27,8 @@ from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.jobs import live_input, live_stage
-from dataflow_core.spark.jobs.observe import live_summary, refuse_live
 from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.jobs.observe import live_summary, refuse_live
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.jobs.stage_chain import first_arrivals, run_chain
 from dataflow_core.spark.platform import snapshot_warming
