@@ -100,10 +100,20 @@ def _from_datetime(value: dt.datetime) -> Instant:
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
+_GREGORIAN_CYCLE_MS = 146_097 * 86_400_000
+"""400 Gregorian years: the calendar repeats exactly after them."""
+
+
 def format_instant(t: Instant) -> str:
-    """ISO-8601 with milliseconds and `Z`, as `dataflow replay` prints times."""
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=t)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{t % 1000:03d}Z"
+    """ISO-8601 with milliseconds and `Z`, as `dataflow replay` prints times. Any instant
+    (a row stamped year 10000, the end of time): Python's datetime stops at year 9999, so
+    the instant is brought into range by whole 400-year cycles and the year put back after;
+    a year past 9999 or before 0 is written with its sign (ISO 8601's expanded form)."""
+    cycles, within = divmod(t, _GREGORIAN_CYCLE_MS)
+    moment = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc) + dt.timedelta(milliseconds=within)
+    year = moment.year + 400 * cycles
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{year:+05d}"
+    return shown + moment.strftime("-%m-%dT%H:%M:%S.") + f"{t % 1000:03d}Z"
 
 
 def format_duration(d: Duration) -> str:

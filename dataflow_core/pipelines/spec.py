@@ -11,7 +11,7 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
-from dataflow_core.model.watermarks import WatermarkEstimator
+from dataflow_core.model.watermarks import WatermarkEstimator, spark_refusal
 from dataflow_core.pipelines.types import declared_type
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -111,6 +111,11 @@ class PipelineSpec:
             object.__setattr__(self, "max_skew", parse_duration(self.max_skew, "max_skew"))
         except ValueError as exc:
             raise DataflowError(f"pipeline {self.name!r}: {exc}") from None
+        if not callable(self.watermark):
+            raise DataflowError(f"pipeline {self.name!r}: watermark: give an estimator (e.g. "
+                                f"HeuristicWatermark(bound='2m')) or a function making one, not {self.watermark!r}")
+        if (refusal := spark_refusal(self.watermark())) is not None:  # the Spark runners must be able to feed it
+            raise DataflowError(f"pipeline {self.name!r}: {refusal}")
         if not self.stages:
             raise DataflowError(f"pipeline {self.name!r} has no stages")
         first = self.stages[0]

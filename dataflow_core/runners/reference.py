@@ -7,14 +7,14 @@ processing-time order: move the clock, deliver a bundle, move the watermark.
 from __future__ import annotations
 
 import heapq
-from typing import Hashable, Iterable
+from typing import Hashable, Iterable, Sequence
 
 from dataflow_core.model.group_by_window import Element, KeyedWindowSet
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.pipeline import Pipeline, pane_elements
 from dataflow_core.model.strategy import WindowingStrategy
-from dataflow_core.model.time import Instant
-from dataflow_core.model.watermarks import advanced
+from dataflow_core.model.time import Duration, Instant
+from dataflow_core.model.watermarks import Progress, WatermarkEstimator, advanced, observes_pending
 
 
 class ReferenceRunner:
@@ -165,3 +165,18 @@ class ReferencePipelineRunner:
         if elements:
             self._emit(i + 1, down.add(elements))
         self._emit(i + 1, down.advance_watermark(up.output_watermark()))
+
+
+def reference_watermarks(estimator: WatermarkEstimator, batches: Sequence[tuple[Instant, Sequence[Instant]]],
+                         max_skew: Duration | None = None, bounded: bool = False) -> list[Instant]:
+    """The input watermark after each batch (processing time, every event time it delivered)
+    as the reference runner estimates it: the estimator given every event time of the batch
+    (not a summary) and, when the input is `bounded` and it observes PENDING, every event
+    time of the batches still to come. The Spark runners' summaries must give the same."""
+    pending = observes_pending(estimator) and bounded
+    out = []
+    for n, (at, times) in enumerate(batches):
+        later = [t for _, ts in batches[n + 1:] for t in ts] if pending else []
+        out.append(estimator.update(Progress(batch_event_times=list(times), pending_event_times=later,
+                                             bounded=pending, processing_time=at, max_skew=max_skew)))
+    return out

@@ -28,6 +28,7 @@ from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.jobs import live_input, live_stage
 from dataflow_core.spark.jobs.crash import crash_point
+from dataflow_core.spark.jobs.observe import live_summary, refuse_live
 from dataflow_core.spark.jobs.skip import skip_batch
 from dataflow_core.spark.jobs.stage_chain import first_arrivals, run_chain
 from dataflow_core.spark.platform import snapshot_warming
@@ -54,7 +55,9 @@ Done = tuple[BatchRecord, Ledger]
 def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say: Callable[[str], None],
                  token: str) -> Done | None:
     """Before reading input: refuse while a backfill holds the pipeline, complete a tick
-    batch that did not finish (returned), and make sure the input table exists."""
+    batch that did not finish (returned), and make sure the input table exists. An estimator
+    only a bounded replay can feed is refused first (`observe.refuse_live`)."""
+    refuse_live(spec.name, spec.watermark())
     if log_version(spark) < 0:  # a fresh warehouse: made once, however many runs race
         ensure_control_tables(spark)
     pending = records(spark, spec)
@@ -179,7 +182,7 @@ def _idle_tick(spark: "SparkSession", spec: PipelineSpec, prev: dict, now_ms: In
     estimator = _estimator(spec, prev)
     learnt = estimator.to_state()
     watermarks = json.loads(prev["watermarks"])
-    wm = estimator.update(Progress(batch_event_times=(), processing_time=now_ms))
+    wm = estimator.update(Progress(processing_time=now_ms, max_skew=spec.max_skew))
     if wm != watermarks.get("input", BEGINNING_OF_TIME) or estimator.to_state() != learnt:
         return False
     if any(watermarks.get(s.output) != wm for s in spec.stages[1:]):
@@ -210,7 +213,8 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
     old_wm = prev_wms.get("input", BEGINNING_OF_TIME)
     ledger = Ledger()
     accepted = live_input.accept(spark, spec, rows, rec, old_wm, ledger, txn)
-    new_wm = estimator.update(Progress(batch_event_times=accepted.arrived, processing_time=rec.now))
+    summary = live_summary(estimator, accepted.arrived, accepted.elements)
+    new_wm = estimator.update(Progress(batch_summary=summary, processing_time=rec.now, max_skew=spec.max_skew))
     say(f"batch {rec.batch} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
         f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {format_watermark(new_wm)}")
     schedule = Schedule([Step((rec.batch,), rec.now, new_wm)], old_wm,

@@ -2,8 +2,10 @@
 would have seen it (the paper's figure 11).
 
 The range's input is cut into micro-batches of `batch_interval` by ingest time; the
-pipeline's watermark estimator is updated after each batch and the processing time set to
-each batch's end; every stage runs per key against that schedule (later stages under the
+pipeline's watermark estimator is updated after each batch from what it observes (one
+aggregation per batch, `observe`; an estimator observing PENDING is also told the least
+event time still to replay, the range being bounded) and the processing time set to each
+batch's end; every stage runs per key against that schedule (later stages under the
 watermark their upstream's holds leave), and the pane history a live pipeline would have
 emitted is written, with the results it leaves.
 """
@@ -13,11 +15,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import format_watermark
-from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
+from dataflow_core.model.watermarks import BEGINNING_OF_TIME, BatchSummary, Progress, observes_pending, pending_after
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.input.rows import EventRange
+from dataflow_core.spark.jobs.observe import summary_columns, summary_of
 from dataflow_core.spark.jobs.range_input import read_range
 from dataflow_core.spark.jobs.stage_chain import StageCounts, StageOutput, first_arrivals, run_chain
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -60,17 +63,19 @@ def _replay(spark: "SparkSession", spec: PipelineSpec, interval: int, run: Run, 
     t0_row = els.agg(F.min("ingest_ms").alias("t0"), F.max("ingest_ms").alias("t1")).first()
     t0 = t0_row["t0"] - t0_row["t0"] % interval
     batches = els.withColumn("batch", F.floor((F.col("ingest_ms") - F.lit(t0)) / F.lit(interval)).cast("bigint"))
-    stats = {
-        r["batch"]: (r["lo"], r["hi"])
-        for r in batches.groupBy("batch").agg(F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi")).collect()
-    }
-    last = (t0_row["t1"] - t0) // interval
     estimator = spec.watermark()
+    # one row per batch: its least event time and its summary for the estimator (`observe`)
+    per_batch = batches.groupBy("batch").agg(F.min("event_ms").alias("lo"), *summary_columns(estimator)).collect()
+    summaries = {r["batch"]: summary_of(r, estimator) for r in per_batch}
+    last = (t0_row["t1"] - t0) // interval
+    # the input is the whole range, read first: a PENDING estimator learns what is left to replay
+    pending = pending_after({r["batch"]: r["lo"] for r in per_batch}, last) if observes_pending(estimator) else None
     steps = []
     for b in range(last + 1):
         at = t0 + (b + 1) * interval
-        lo_hi = stats.get(b)
-        wm = estimator.update(Progress(batch_event_times=lo_hi or (), processing_time=at))
+        wm = estimator.update(Progress(
+            batch_summary=summaries.get(b, BatchSummary()), processing_time=at, max_skew=spec.max_skew,
+            pending_event_times=() if pending is None else pending[b], bounded=pending is not None))
         steps.append(Step((b,), at, wm))
     schedule = Schedule(steps, BEGINNING_OF_TIME)
     say(f"{unique:,} unique events in {len(steps):,} micro-batches of {interval // 1000}s; "
