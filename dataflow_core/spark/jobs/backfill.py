@@ -45,6 +45,7 @@ from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
+from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, release_finished, take_hold
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
@@ -88,6 +89,7 @@ def run_backfill(
         _check_first_stage(spec)
     if plan_only:  # a plan is a run of its own: a plain backfill of the range never resumes it
         args["plan_only"] = True
+    refuse_changed_definitions(spark, spec)
     hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
     run = hold.run
     if not run.resumed:
@@ -118,6 +120,7 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
             result = RunResult(run.run_id, ledger.as_dict(), run.now)
         else:
             result = finish_run(spark, run, ledger)
+            record_definitions(spark, spec)
             if decided_by is not None:
                 record_decision(spark, run, APPLIED, decided_by)
         crash_point("backfill-finished")

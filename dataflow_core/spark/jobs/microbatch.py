@@ -32,6 +32,7 @@ from dataflow_core.spark.jobs.live_stream import Stream
 from dataflow_core.spark.platform.delta import settings_unless_configured
 from dataflow_core.spark.platform.session import MICRO_BATCH_SQL
 from dataflow_core.spark.sinks.batches import records
+from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.lease import Lease
 from dataflow_core.spark.sinks.runs import Ledger, RunResult
 
@@ -60,6 +61,7 @@ def run_microbatch(
 
 def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None) -> RunResult:
     spec = get(pipeline)
+    refuse_changed_definitions(spark, spec)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
     now_ms = parse_time(now, "--now") if now is not None else clock
@@ -81,6 +83,7 @@ def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | Non
         say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])} and nothing due at "
             f"{format_instant(now_ms)}: nothing to do")
         return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
+    record_definitions(spark, spec)
     return _result(spec, done)
 
 
@@ -105,6 +108,7 @@ def run_loop(
 
 def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first_read=None) -> None:
     spec = get(pipeline)
+    refuse_changed_definitions(spark, spec)  # a definition is code: edited, the loop is started again
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)
     stop = stop or threading.Event()
@@ -115,6 +119,7 @@ def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first
         return latest[0]
 
     def handle(done: Done) -> None:
+        record_definitions(spark, spec)  # once per table: the tables' first batch made them
         warm_tables(spark, spec)  # the next batch's, while the loop waits for its trigger
         report(_result(spec, [done]))
 

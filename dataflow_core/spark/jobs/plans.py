@@ -70,12 +70,14 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
     """Apply the stored plan `run_id` once (see the module docstring): its result, or the
     plan's state when it was already decided. DataflowError, recorded, for a stale plan."""
     from dataflow_core.spark.jobs.backfill import run_held
+    from dataflow_core.spark.sinks.definitions import refuse_changed_definitions
 
     spec = get(pipeline)
     who = decided_by or default_decider()
     state = planned_run(spark, pipeline, run_id)
     if state.status != PLANNED:
         return state
+    refuse_changed_definitions(spark, spec)  # a plan's corrections are the definition's it was planned under
     hold = take_hold(spark, spec, "backfill", {}, None, say, planned=state.run)
     again = plan_state(spark, run_id)  # decided while this run waited for the hold
     if again is not None and again.status != PLANNED:
