@@ -96,7 +96,29 @@ def run_backfill(
         say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
             f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
             f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
-    return run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    result = run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    if not (run.resumed and not replay and not plan_only):
+        return result
+    changed = _input_changed_since(spark, spec, span, hold.input_version)
+    if not changed:
+        return result
+    say(f"run {run.run_id} resumed and finished at the input's version {hold.input_version}, pinned when it began; "
+        f"{changed} since: correcting the range again with the input as it is now")
+    return run_backfill(spark, pipeline, start, end, now=now, fast=fast, progress=progress)
+
+
+def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: int) -> str:
+    """What changed in the input rows a backfill of `span` reads since version `pinned`, in
+    words (empty when nothing did): a resumed run reads its pin, and the command that resumed
+    it promises the range as the input stands when it ran."""
+    from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
+    from dataflow_core.spark.platform.delta import table_version
+    from dataflow_core.spark.sinks.holds import input_key
+
+    key = input_key(spec.name)
+    moved = stale_tables(spark, spec, {key: pinned}, {key: table_version(spark, spec.input_table)}, span,
+                         span_read(spec, span))
+    return "; ".join(m.describe() for m in moved)
 
 
 def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: Hold, say: Progress_,

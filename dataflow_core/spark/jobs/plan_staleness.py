@@ -125,7 +125,7 @@ def _differing_rows(spark: "SparkSession", name: str, then: int, now: int, footp
     return a.exceptAll(b).count() + b.exceptAll(a).count()
 
 
-def read_range(spec: PipelineSpec, span: EventRange) -> EventRange:
+def span_read(spec: PipelineSpec, span: EventRange) -> EventRange:
     """The event-time range a batch backfill of `span` reads first: its windows' reach past
     the range (`backfill._margins`)."""
     from dataflow_core.spark.jobs.backfill import _margins

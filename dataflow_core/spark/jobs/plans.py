@@ -121,9 +121,9 @@ def staleness(spark: "SparkSession", spec: PipelineSpec, planned: dict[str, int]
     """What changed since the plan in the rows it was diffed against (empty when nothing
     did: commits of other windows, OPTIMIZE and the like leave a plan standing), in words:
     the input table or which output tables, how many rows, their versions then and now."""
-    from dataflow_core.spark.jobs.plan_staleness import read_range, stale_tables
+    from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
 
-    moved = stale_tables(spark, spec, planned, hold.record.versions, span, read_range(spec, span))
+    moved = stale_tables(spark, spec, planned, hold.record.versions, span, span_read(spec, span))
     return "; ".join(m.describe() for m in moved)
 
 
