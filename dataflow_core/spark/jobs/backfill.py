@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant
-from dataflow_core.model.windows import GlobalWindows, WindowFn
+from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
@@ -41,7 +41,7 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.plan_diff import store_previews
-from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_range
+from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_margins, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
@@ -212,7 +212,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     The range's bad rows are written while its windows are computed and written
     (`range_input.read_range`)."""
     ledger = Ledger()
-    read = read_range(spark, spec, span, span.widened(*_margins(spec.stages[0].strategy.window_fn)), hold.run,
+    read = read_range(spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)), hold.run,
                       ledger, say, version, quarantine=not plan_only)
     try:
         _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, ledger, read)
@@ -232,7 +232,7 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
     live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
     first = spec.stages[0]
     wfn = first.strategy.window_fn
-    before, after = _margins(wfn)
+    before, after = read_margins(wfn)
     finals = None
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
@@ -302,15 +302,6 @@ def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, s
         fixes = outcome.results
     if fixes is not None:
         fixes.unpersist()
-
-
-def _margins(wfn: WindowFn) -> tuple[int, int]:
-    """How far before and after the range to read so its windows are complete, from how far
-    a window reaches (`WindowFn.reach`): a window starting in the range ends within its
-    reach after the range; merged windows may reach either way, so the read starts wider and
-    is widened while one reaches its edge."""
-    reach = wfn.reach or 0
-    return (4 * reach, 4 * reach) if wfn.is_merging else (0, reach)
 
 
 def _touches_edge(finals: "DataFrame", read: EventRange, gap: int, span: EventRange) -> bool:

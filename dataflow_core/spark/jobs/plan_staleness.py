@@ -127,8 +127,8 @@ def _differing_rows(spark: "SparkSession", name: str, then: int, now: int, footp
 
 def span_read(spec: PipelineSpec, span: EventRange) -> EventRange:
     """The event-time range a batch backfill of `span` reads first: its windows' reach past
-    the range (`backfill._margins`)."""
-    from dataflow_core.spark.jobs.backfill import _margins
+    the range (`range_input.read_margins`)."""
+    from dataflow_core.spark.jobs.range_input import read_margins
 
-    return span.widened(*_margins(spec.stages[0].strategy.window_fn))
+    return span.widened(*read_margins(spec.stages[0].strategy.window_fn))
 
