@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import EventRange, in_range
+from dataflow_core.spark.jobs.range_input import read_margins
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.platform.driver_delta import commit_actions
 from dataflow_core.spark.platform.tables import table_path
@@ -128,7 +129,5 @@ def _differing_rows(spark: "SparkSession", name: str, then: int, now: int, footp
 def span_read(spec: PipelineSpec, span: EventRange) -> EventRange:
     """The event-time range a batch backfill of `span` reads first: its windows' reach past
     the range (`range_input.read_margins`)."""
-    from dataflow_core.spark.jobs.range_input import read_margins
-
     return span.widened(*read_margins(spec.stages[0].strategy.window_fn))
 
