@@ -41,8 +41,8 @@ def orders_pipeline(name: str, window: int) -> PipelineSpec:
     )
 
 
-def write_orders(spark, table: str, minutes: list[int]) -> None:
-    rows = [(f"o{m}", "s1", 10 + m, DAY0 + dt.timedelta(minutes=m), DAY0 + dt.timedelta(minutes=m, seconds=5))
+def write_orders(spark, table: str, minutes: list[int], day: dt.datetime = DAY0) -> None:
+    rows = [(f"o{m}", "s1", 10 + m, day + dt.timedelta(minutes=m), day + dt.timedelta(minutes=m, seconds=5))
             for m in minutes]
     df = spark.createDataFrame(rows, "order_no string, shop string, amount bigint, placed_at timestamp, "
                                      "arrived_at timestamp")
