@@ -66,6 +66,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--warehouse", help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)"
     )
+    parser.add_argument(
+        "--force", action="store_true",
+        help="let a write change a pipeline's own tables (its results, pane log, state, ...), which its runs own",
+    )
     parser.set_defaults(func=run)
 
 
@@ -79,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         engine = "spark" if is_write(args.query) else "fast"
     if engine == "fast" and is_write(args.query):
         raise DataflowError("--engine fast only reads; run writes with --engine spark (or auto)")
+    if is_write(args.query) and not args.force:
+        refuse_pipeline_writes(args.query)
     started = time.perf_counter()
     if engine == "fast":
         from dataflow_core.query import FastReaderUnsupported
@@ -105,6 +111,29 @@ def run(args: argparse.Namespace) -> int:
     else:  # stdout stays pure CSV / JSON
         print(f"{note} ({used}, {seconds:.2f} s)", file=sys.stderr)
     return 0
+
+
+def refuse_pipeline_writes(sql: str) -> None:
+    """One line, before any Spark starts, when `sql` writes a table a pipeline's runs own:
+    a write beside them is outside the one-writer rule (a micro-batch or backfill holding the
+    pipeline would not know of it) and outside the pane history the results must net to.
+    Input tables are the user's: writing them is how input arrives."""
+    from dataflow_core.pipelines.registry import all_pipelines
+    from dataflow_core.query import write_targets
+    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
+    from dataflow_core.spark.sinks.holds import pipeline_tables
+    from dataflow_core.spark.sinks.runs import RUNS_TABLE, WATERMARKS_TABLE
+
+    owners = {t: f"pipeline {name!r}" for name, spec in all_pipelines().items() for t in pipeline_tables(spec)}
+    owners.update({t: "every pipeline (a control table)" for t in (BATCHES_TABLE, RUNS_TABLE, WATERMARKS_TABLE)})
+    for table in write_targets(sql):
+        owner = owners.get(table.lower())
+        if owner:
+            raise DataflowError(
+                f"table {table} is written by the runs of {owner}; a write beside them breaks its one-writer rule "
+                "and its pane history: correct input and run `dataflow backfill`, or `dataflow reset`; add --force "
+                "to write it anyway"
+            )
 
 
 def fast_rows(sql: str, warehouse: str | None, limit: int) -> tuple[list[str], list[list[Any]], bool]:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
+from typing import Mapping
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
 from dataflow_core.model.panes import Pane
-from dataflow_core.model.time import END_OF_TIME, Duration, Instant, parse_duration
+from dataflow_core.model.time import END_OF_TIME, Duration, Instant, format_duration, parse_duration
 from dataflow_core.model.trigger_machine import Trigger
 from dataflow_core.model.triggers import Default
 from dataflow_core.model.windows import GlobalWindows, Window, WindowFn
@@ -85,6 +86,23 @@ class WindowingStrategy:
                 "applied downstream; implement CombineFn.retract_input or use 'accumulating'"
             )
 
+    def definition(self) -> dict[str, str]:
+        """What a stage's stored state and pane history mean, as text: its window, trigger,
+        accumulation, allowed lateness, combiner and timestamp combiner. State written under
+        one definition cannot be carried on under another (a 1 h window's accumulator is not
+        a 30 min window's), so runners record this with a stage's tables and compare it
+        (`definition_changes`) before they carry a stage on."""
+        combiner = self.combiner
+        own_repr = type(combiner).__repr__ is not CombineFn.__repr__
+        return {
+            "window": self.window_fn.describe(),
+            "trigger": self.trigger.describe(),
+            "accumulation": self.accumulation.value,
+            "allowed lateness": format_duration(self.allowed_lateness),
+            "combiner": repr(combiner) if own_repr else combiner.name,
+            "timestamp combiner": self.timestamp_combiner.value,
+        }
+
     def gc_time(self, window: Window) -> Instant:
         """When the window's state is dropped: its end plus allowed lateness, capped at the
         end of time (so the global window is collected when the watermark reaches the end)."""
@@ -122,3 +140,12 @@ class WindowingStrategy:
         merge = min if self.timestamp_combiner.merge == "min" else max
         return replace(panes[-1], value=self.combiner.merge_outputs([p.value for p in kept]),
                        timestamp=merge(p.timestamp for p in kept))
+
+
+def definition_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """What differs between a recorded `WindowingStrategy.definition` and the current one,
+    one phrase per part ("window FixedWindows(1h) -> FixedWindows(30m)"); none when equal.
+    Parts only one side has (a build that records more, or less) are not compared."""
+    parts = list(dict.fromkeys([*recorded, *current]))
+    return [f"{part} {recorded[part]} -> {current[part]}"
+            for part in parts if part in recorded and part in current and recorded[part] != current[part]]

@@ -41,6 +41,13 @@ _WRITES = re.compile(
     re.IGNORECASE,
 )
 _COMMENT = re.compile(r"--[^\n]*|/\*.*?\*/", re.DOTALL)
+_TARGET = re.compile(
+    r"\b(?:INSERT\s+(?:INTO|OVERWRITE)(?:\s+TABLE)?|MERGE\s+INTO|DELETE\s+FROM|UPDATE|"
+    r"(?:ALTER|DROP|TRUNCATE|REPLACE|RESTORE|OPTIMIZE|VACUUM|CREATE\s+OR\s+REPLACE)\s+TABLE(?:\s+IF\s+EXISTS)?|"
+    r"OPTIMIZE|VACUUM|REORG\s+TABLE|GENERATE\s+\w+\s+FOR\s+TABLE)\s+"
+    r"(delta\.`[^`]+`|`[^`]+`|[A-Za-z_][A-Za-z0-9_.]*)",
+    re.IGNORECASE,
+)
 
 
 class FastReaderUnsupported(DataflowError):
@@ -103,6 +110,18 @@ def is_write(sql: str) -> bool:
     """True for a statement that writes or changes settings (INSERT, MERGE, CREATE, SET, ...):
     Spark's business. Everything else is the fast reader's (a typo gets DataFusion's error)."""
     return bool(_WRITES.match(_COMMENT.sub(" ", sql)))
+
+
+def write_targets(sql: str) -> list[str]:
+    """The tables a write statement changes, by name: the last part of a dotted or quoted
+    name, the folder of a `delta.`path``. What `dataflow sql` guards, not a parser: a
+    statement it cannot place names none."""
+    out = []
+    for target in _TARGET.findall(_COMMENT.sub(" ", sql)):
+        name = target[len("delta."):] if target.lower().startswith("delta.") else target
+        name = name.strip("`").rstrip("/")
+        out.append(name.rsplit("/", 1)[-1].rsplit(".", 1)[-1] if "/" in name else name.rsplit(".", 1)[-1])
+    return list(dict.fromkeys(out))
 
 
 def named_tables(sql: str, tables: Iterable[str]) -> list[str]:

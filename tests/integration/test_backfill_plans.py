@@ -109,3 +109,35 @@ def test_a_stale_plan_is_refused_in_one_line_and_a_rejected_one_changes_nothing(
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no planned backfill run 'backfill-nosuchrun'" in err[0], err
     assert APPLIED not in {plan_state(spark, r.run_id).status for r in (first, second, third)}
+
+
+def test_a_plan_stays_applicable_after_micro_batches_of_other_hours_and_an_optimize(spark, warehouse):
+    """Only a change to the rows a plan was diffed against stales it: a live micro-batch of
+    the next day's hours (input, pane log, results, state and seen ids all move) and an
+    OPTIMIZE of the results leave a plan of the first day applicable."""
+    from dataflow_core.spark.jobs.microbatch import run_microbatch
+    from dataflow_core.spark.platform.tables import table_path
+
+    spec = billing_pipeline("t_plan_live", "t_plan_live_in")
+    t, day2 = DAY0 + 3 * M, DAY0 + 24 * 60 * M
+    write_input(spark, spec.input_table, [("a", "u1", "ad1", "5", t, t + 1000),
+                                          ("w", "u1", "ad2", "1", day2 + 120 * M, day2 + 120 * M + 1000)])
+    run_microbatch(spark, spec.name, now="2024-05-02T03:00:00Z")  # every window of May 1 closed and collected
+    # Too late for the live run: dropped live, counted by a backfill.
+    write_input(spark, spec.input_table, [("b", "u2", "ad1", "7", t, day2 + 210 * M)], mode="append")
+    run_microbatch(spark, spec.name, now="2024-05-02T04:00:00Z")
+    plan = run_backfill(spark, spec.name, *RANGE, now="2024-05-02T04:30:00Z", plan_only=True)
+
+    later = day2 + 300 * M
+    write_input(spark, spec.input_table, [("c", "u3", "ad1", "3", later, later + 1000)], mode="append")
+    before = _outputs(spark, spec)
+    run_microbatch(spark, spec.name, now="2024-05-02T06:00:00Z")
+    moved = {t for t, v in _outputs(spark, spec).items() if v != before[t]}
+    assert {spec.stages[0].output, f"{spec.stages[0].output}_panes"} <= moved, moved
+    spark.sql(f"OPTIMIZE delta.`{table_path(spark, spec.stages[0].output)}`")
+
+    apply_plan(spark, spec.name, plan.run_id, decided_by="carol")
+    assert plan_state(spark, plan.run_id).status == APPLIED
+    results = _results(spark, spec.stages[0])
+    assert results[(("ad1",), DAY0, DAY0 + 10 * M)] == 12, results
+    assert results[(("ad2",), day2 + 120 * M, day2 + 130 * M)] == 1, "the live windows stand"

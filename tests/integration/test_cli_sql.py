@@ -137,9 +137,11 @@ def product_warehouse(spark, tmp_path_factory) -> Path:
     assert main(["microbatch", "--pipeline", "ad_sessions", *wh]) == 0
     assert main(["backfill", "--pipeline", "billing", "--start", "2024-05-01", "--end", "2024-05-02",
                  "--replay", "--batch-interval", "30m", *wh]) == 0
-    # A pane that breaks a rule (a second ON_TIME pane of a window), so the gate quarantines.
-    assert main(["sql", "INSERT INTO billing_panes SELECT * FROM billing_panes WHERE timing = 'ON_TIME' LIMIT 1",
-                 *wh]) == 0
+    # A pane that breaks a rule (a second ON_TIME pane of a window), so the gate quarantines:
+    # a write to a pipeline's own table, refused unless forced.
+    duplicate = "INSERT INTO billing_panes SELECT * FROM billing_panes WHERE timing = 'ON_TIME' LIMIT 1"
+    assert main(["sql", duplicate, *wh]) == 2
+    assert main(["sql", duplicate, "--force", *wh]) == 0
     spark.conf.set("spark.dataflow.warehouse", str(root))
     outcome = gate_panes(spark, get("billing").stages[0], None, "test-gate", "billing", docs_dir=root.parent / "docs")
     assert not outcome.success and outcome.quarantined >= 1

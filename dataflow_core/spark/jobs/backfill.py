@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant
-from dataflow_core.model.windows import GlobalWindows, WindowFn
+from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
@@ -41,10 +41,11 @@ from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.plan_diff import store_previews
-from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_range
+from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_margins, read_range
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
+from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, release_finished, take_hold
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
@@ -88,13 +89,36 @@ def run_backfill(
         _check_first_stage(spec)
     if plan_only:  # a plan is a run of its own: a plain backfill of the range never resumes it
         args["plan_only"] = True
+    refuse_changed_definitions(spark, spec)
     hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
     run = hold.run
     if not run.resumed:
         say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
             f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
             f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
-    return run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    result = run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    if not (run.resumed and not replay and not plan_only):
+        return result
+    changed = _input_changed_since(spark, spec, span, hold.input_version)
+    if not changed:
+        return result
+    say(f"run {run.run_id} resumed and finished at the input's version {hold.input_version}, pinned when it began; "
+        f"{changed} since: correcting the range again with the input as it is now")
+    return run_backfill(spark, pipeline, start, end, now=now, fast=fast, progress=progress)
+
+
+def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: int) -> str:
+    """What changed in the input rows a backfill of `span` reads since version `pinned`, in
+    words (empty when nothing did): a resumed run reads its pin, and the command that resumed
+    it promises the range as the input stands when it ran."""
+    from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
+    from dataflow_core.spark.platform.delta import table_version
+    from dataflow_core.spark.sinks.holds import input_key
+
+    key = input_key(spec.name)
+    moved = stale_tables(spark, spec, {key: pinned}, {key: table_version(spark, spec.input_table)}, span,
+                         span_read(spec, span))
+    return "; ".join(m.describe() for m in moved)
 
 
 def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: Hold, say: Progress_,
@@ -118,6 +142,7 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
             result = RunResult(run.run_id, ledger.as_dict(), run.now)
         else:
             result = finish_run(spark, run, ledger)
+            record_definitions(spark, spec)
             if decided_by is not None:
                 record_decision(spark, run, APPLIED, decided_by)
         crash_point("backfill-finished")
@@ -187,7 +212,7 @@ def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, sa
     The range's bad rows are written while its windows are computed and written
     (`range_input.read_range`)."""
     ledger = Ledger()
-    read = read_range(spark, spec, span, span.widened(*_margins(spec.stages[0].strategy.window_fn)), hold.run,
+    read = read_range(spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)), hold.run,
                       ledger, say, version, quarantine=not plan_only)
     try:
         _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, ledger, read)
@@ -207,7 +232,7 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
     live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
     first = spec.stages[0]
     wfn = first.strategy.window_fn
-    before, after = _margins(wfn)
+    before, after = read_margins(wfn)
     finals = None
     for attempt in range(MAX_WIDENINGS):
         read_span = span.widened(before, after)
@@ -277,15 +302,6 @@ def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, s
         fixes = outcome.results
     if fixes is not None:
         fixes.unpersist()
-
-
-def _margins(wfn: WindowFn) -> tuple[int, int]:
-    """How far before and after the range to read so its windows are complete, from how far
-    a window reaches (`WindowFn.reach`): a window starting in the range ends within its
-    reach after the range; merged windows may reach either way, so the read starts wider and
-    is widened while one reaches its edge."""
-    reach = wfn.reach or 0
-    return (4 * reach, 4 * reach) if wfn.is_merging else (0, reach)
 
 
 def _touches_edge(finals: "DataFrame", read: EventRange, gap: int, span: EventRange) -> bool:

@@ -32,6 +32,7 @@ from dataflow_core.spark.jobs.live_stream import Stream
 from dataflow_core.spark.platform.delta import settings_unless_configured
 from dataflow_core.spark.platform.session import MICRO_BATCH_SQL
 from dataflow_core.spark.sinks.batches import records
+from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.lease import Lease
 from dataflow_core.spark.sinks.runs import Ledger, RunResult
 
@@ -60,14 +61,18 @@ def run_microbatch(
 
 def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None) -> RunResult:
     spec = get(pipeline)
+    refuse_changed_definitions(spark, spec)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)
-    now_ms = parse_time(now, "--now") if now is not None else clock
-    if now_ms > clock + FUTURE_TOLERANCE:
-        raise DataflowError(
-            f"--now {format_instant(now_ms)} is in the future (the clock says {format_instant(clock)}); "
-            "processing time never moves back, so every later batch would have to wait for it"
-        )
+    if now is None:
+        now_ms = _processing_time(spark, spec, clock, say)
+    else:
+        now_ms = parse_time(now, "--now")
+        if now_ms > clock + FUTURE_TOLERANCE:
+            raise DataflowError(
+                f"--now {format_instant(now_ms)} is in the future (the clock says {format_instant(clock)}); "
+                "processing time never moves back, so every later batch would have to wait for it"
+            )
     token = uuid.uuid4().hex
     python_workers.warm(spark)  # while the stream plans its batch
     done: list[Done] = []
@@ -81,7 +86,24 @@ def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | Non
         say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])} and nothing due at "
             f"{format_instant(now_ms)}: nothing to do")
         return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
+    record_definitions(spark, spec)
     return _result(spec, done)
+
+
+def _processing_time(spark, spec: PipelineSpec, clock: Instant, say: Callable[[str], None]) -> Instant:
+    """A batch's processing time from this machine's clock: the clock, or the last finished
+    batch's processing time when that is ahead of it. A worker whose clock ran ahead records a
+    batch in the future, and processing time never moves back; refusing would stop every
+    correctly clocked worker until the clock caught up, so they carry on at that time (its
+    timers wait for it) and say why."""
+    last = next((r for r in records(spark, spec) if r["status"] == "finished"), None)
+    if last is None or last["now_ms"] <= clock:
+        return clock
+    ahead = (last["now_ms"] - clock) / 1000
+    say(f"batch {last['batch']} ran at processing time {format_instant(last['now_ms'])}, {ahead:,.0f} s ahead of "
+        f"this machine's clock ({format_instant(clock)}): a worker's clock runs ahead (or this one's behind; check "
+        "NTP). This batch runs at that time, since processing time never moves back; timers wait for it")
+    return last["now_ms"]
 
 
 def run_loop(
@@ -105,16 +127,18 @@ def run_loop(
 
 def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first_read=None) -> None:
     spec = get(pipeline)
+    refuse_changed_definitions(spark, spec)  # a definition is code: edited, the loop is started again
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)
     stop = stop or threading.Event()
-    latest = [0]
+    latest = [_processing_time(spark, spec, int(time.time() * 1000), say)]
 
     def clock() -> Instant:  # never back, whatever the machine's clock does
         latest[0] = max(latest[0], int(time.time() * 1000))
         return latest[0]
 
     def handle(done: Done) -> None:
+        record_definitions(spark, spec)  # once per table: the tables' first batch made them
         warm_tables(spark, spec)  # the next batch's, while the loop waits for its trigger
         report(_result(spec, [done]))
 

@@ -8,8 +8,9 @@ from (the input's it read, every output table's), and then releases the pipeline
 the hold until someone decides would stop the pipeline's micro-batches for as long as a plan
 waits for a human, which may be days. So a plan is checked instead: `--apply` takes the hold
 again under the plan's own run id and processing time, refuses the plan, naming the tables,
-when any of those versions moved (the input was written, a micro-batch or another backfill
-wrote an output: the plan was diffed against tables that no longer stand), and otherwise
+when the rows it was diffed against changed since (input of its range written, a
+micro-batch or another backfill writing its windows: `plan_staleness`; commits of other
+windows and OPTIMIZE leave it standing), and otherwise
 applies exactly the stored plan as a resumed run would. A refused plan is recorded
 `rejected`, with the reason; the range is planned again.
 
@@ -70,18 +71,20 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
     """Apply the stored plan `run_id` once (see the module docstring): its result, or the
     plan's state when it was already decided. DataflowError, recorded, for a stale plan."""
     from dataflow_core.spark.jobs.backfill import run_held
+    from dataflow_core.spark.sinks.definitions import refuse_changed_definitions
 
     spec = get(pipeline)
     who = decided_by or default_decider()
     state = planned_run(spark, pipeline, run_id)
     if state.status != PLANNED:
         return state
+    refuse_changed_definitions(spark, spec)  # a plan's corrections are the definition's it was planned under
     hold = take_hold(spark, spec, "backfill", {}, None, say, planned=state.run)
     again = plan_state(spark, run_id)  # decided while this run waited for the hold
     if again is not None and again.status != PLANNED:
         release(spark, spec, hold.record, None)
         return again
-    stale = staleness(spec, state.versions, hold)
+    stale = staleness(spark, spec, state.versions, hold, _span_of(state))
     if stale:
         release(spark, spec, hold.record, None)
         reason = f"stale: {stale} since it was planned"
@@ -113,17 +116,15 @@ def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: s
     return None
 
 
-def staleness(spec: PipelineSpec, planned: dict[str, int], hold: Hold) -> str:
-    """What moved since the plan (empty when nothing did), in words: the input table, or
-    which output tables, with their versions then and now."""
-    now = hold.record.versions
-    moved = []
-    for name, version in sorted(planned.items()):
-        current = now.get(name, -1)
-        if current != version:
-            what = f"input table {spec.input_table}" if name == input_key(spec.name) else f"output table {name}"
-            moved.append(f"{what} changed (version {version} -> {current})")
-    return "; ".join(moved)
+def staleness(spark: "SparkSession", spec: PipelineSpec, planned: dict[str, int], hold: Hold,
+              span: EventRange) -> str:
+    """What changed since the plan in the rows it was diffed against (empty when nothing
+    did: commits of other windows, OPTIMIZE and the like leave a plan standing), in words:
+    the input table or which output tables, how many rows, their versions then and now."""
+    from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
+
+    moved = stale_tables(spark, spec, planned, hold.record.versions, span, span_read(spec, span))
+    return "; ".join(m.describe() for m in moved)
 
 
 def _span_of(state: PlanState) -> EventRange:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.windows import WindowFn
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
     DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
@@ -75,3 +76,12 @@ def read_range(
         bad = both.where(~element).select(f"{REFUSED}.*")
         writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, bad, run.run_id)])
     return RangeRead(both.where(element).drop(REFUSED, DELIVERIES), both, writes)
+
+
+def read_margins(wfn: WindowFn) -> tuple[int, int]:
+    """How far before and after the range to read so its windows are complete, from how far
+    a window reaches (`WindowFn.reach`): a window starting in the range ends within its
+    reach after the range; merged windows may reach either way, so the read starts wider and
+    is widened while one reaches its edge."""
+    reach = wfn.reach or 0
+    return (4 * reach, 4 * reach) if wfn.is_merging else (0, reach)
