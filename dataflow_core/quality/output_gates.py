@@ -15,7 +15,7 @@ from dataflow_core.model.panes import HISTORY_RULES, PANE_RULES, RETRACTION_RULE
 from dataflow_core.quality.outcome import REASON, GateOutcome, append_rows_to, docs_dir_of
 from dataflow_core.spark.input.expectations import RuleSet, load_rules
 from dataflow_core.quality.validate import validate_dataframe
-from dataflow_core.spark.execute.output_merge import window_totals
+from dataflow_core.spark.execute.output_merge import touched_windows, window_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -55,7 +55,7 @@ def touched_panes(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[s
     if run_ids is None:
         return panes
     ids = sorted(set(run_ids))
-    windows = panes.where(F.col("run_id").isin(ids)).select(*_window_cols(stage)).distinct()
+    windows = touched_windows(panes.where(F.col("run_id").isin(ids)), _window_cols(stage))
     return _null_safe_join(panes, windows, _window_cols(stage), "left_semi")
 
 

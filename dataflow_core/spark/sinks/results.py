@@ -5,7 +5,10 @@ One sink for every mode and path. A batch of panes leaves, per window, its last 
 metadata; the value is that pane's (accumulating and retracting stages) or, for discarding
 panes, the merge of the batch's pane values by the combiner's declared `output_merge`, and
 a batch that continues earlier ones (micro-batches) merges it with the value already there.
-A last pane that is a retraction (a session merged away) deletes the row.
+A last pane that is a retraction deletes the row, and so does a window that a pane of its
+key declares merged away (`Pane.replaces`: a session absorbed by another), in every
+accumulation mode: the table holds the current windows only, while the pane log keeps the
+history the mode emits (`output_merge.with_merged_away`).
 """
 
 from __future__ import annotations
