@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataflow_core.model.pane_codec import REPLACES
+from dataflow_core.pipelines import layout
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.platform.delta import Txn, append_rows, merge_rows
 
@@ -30,7 +31,7 @@ PANE_COLUMNS = (
 
 
 def panes_table(stage: StageSpec) -> str:
-    return f"{stage.output}_panes"
+    return layout.panes(stage)
 
 
 def ms_to_timestamp(column: str) -> "Column":
