@@ -10,6 +10,7 @@ from typing import Any
 
 from dataflow_core.airflow.tasks import Say, checked, ledger_counts, log, log_info, spark_session, written_per_stage
 from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines import layout
 
 
 class Busy(Exception):
@@ -63,7 +64,7 @@ def next_timer(pipeline: str, warehouse: str | None = None) -> int | None:
     tables = set(list_tables(warehouse))
     found = []
     for stage in get(pipeline).stages:
-        name = f"{stage.output}__state"
+        name = layout.state(stage)
         if name in tables:
             least = query(f"SELECT min(wake_timer) AS t FROM {name}", warehouse).table.column(0).to_pylist()[0]
             if least is not None and int(least) < END_OF_TIME - 1:
@@ -89,8 +90,8 @@ def finished_batches(pipeline: str, warehouse: str | None = None) -> list[int]:
     without Spark)."""
     from dataflow_core.query import list_tables, literal, query
 
-    if "dataflow_batches" not in list_tables(warehouse):
+    if layout.BATCHES not in list_tables(warehouse):
         return []
-    table = query("SELECT DISTINCT batch FROM dataflow_batches WHERE pipeline = "
+    table = query(f"SELECT DISTINCT batch FROM {layout.BATCHES} WHERE pipeline = "
                   f"{literal(pipeline)} AND status = 'finished' ORDER BY batch", warehouse).table
     return [int(b) for b in table.column(0).to_pylist()]

@@ -10,15 +10,14 @@ from dataflow_core.airflow.tasks import Say, log_info, spark_session
 
 
 def pipeline_tables(spark, pipeline: str) -> list[str]:
-    """The pipeline's output and state tables that exist: every stage's results and pane
-    log, and any other table named `<stage output>_*` or `<pipeline>_*` (state, quarantine)."""
-    from dataflow_core.pipelines import get
+    """The pipeline's own tables that exist, by their list (`layout.pipeline_tables`: results,
+    pane logs, live state, plans, quarantines, seen ids), never by a name prefix: maintaining
+    `billing` leaves `billing_eu`'s tables alone."""
+    from dataflow_core.pipelines import get, layout
     from dataflow_core.spark.platform.tables import list_tables
 
-    spec = get(pipeline)
-    prefixes = tuple({f"{s.output}_" for s in spec.stages} | {f"{spec.name}_"})
-    outputs = {s.output for s in spec.stages}
-    return [t for t in list_tables(spark) if t in outputs or t.startswith(prefixes)]
+    present = set(list_tables(spark))
+    return [t for t in layout.pipeline_tables(get(pipeline)) if t in present]
 
 
 def retention_hours(pipeline: str) -> int:
@@ -42,11 +41,10 @@ def maintain(pipeline: str, say: Say = log_info) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
     from dataflow_core.airflow import settings
-    from dataflow_core.pipelines import get
+    from dataflow_core.pipelines import get, layout
     from dataflow_core.spark.platform.delta import compact
     from dataflow_core.spark.platform.tables import table_exists, table_path
-    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
-    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids, seen_table
+    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids
 
     spark = spark_session(f"dataflow-maintenance-{pipeline}")
     hours = retention_hours(pipeline)
@@ -54,16 +52,16 @@ def maintain(pipeline: str, say: Say = log_info) -> dict[str, Any]:
         spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
     spec = get(pipeline)
-    results = {s.output for s in spec.stages}
+    results = {layout.results(s) for s in spec.stages}
     results_file_bytes = settings.results_file_mb() * 2**20
     # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
-    shared = [BATCHES_TABLE] if table_exists(spark, BATCHES_TABLE) else []
+    shared = [layout.BATCHES] if table_exists(spark, layout.BATCHES) else []
     tables = pipeline_tables(spark, pipeline)
     if not tables:
         say(f"pipeline {pipeline}: no output or state tables yet")
     for table in tables + shared:
         entry: dict[str, Any] = {}
-        if table == seen_table(spec):
+        if table == layout.seen_ids(spec):
             expired = expire_seen_ids(spark, spec)
             entry["expired_rows_deleted"] = expired
             say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")

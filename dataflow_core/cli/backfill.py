@@ -132,13 +132,14 @@ def _decide(spark, args: argparse.Namespace, decision: str, wait_s: float | None
 
 def _report(result, planned: str | None = None) -> int:
     """The ledger and where the run is recorded; `planned`: the pipeline of a plan, and how to go on."""
+    from dataflow_core.pipelines import layout
     from dataflow_core.spark.sinks.runs import Ledger
 
     ledger = Ledger(**{k: v for k, v in result.ledger.items() if k != "balanced"})
     for line in ledger.lines():
         print(line)
     state = "planned (nothing applied)" if planned else "recorded"
-    print(f"run {result.run_id} {state} in table dataflow_runs; "
+    print(f"run {result.run_id} {state} in table {layout.RUNS}; "
           f"{'ledger balances' if result.ledger_ok else 'LEDGER DOES NOT BALANCE'}")
     if planned:
         print(f"see the plan: dataflow plan show {result.run_id}; then dataflow backfill --pipeline "

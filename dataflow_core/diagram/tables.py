@@ -27,8 +27,9 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.time import END_OF_TIME, Instant, format_instant
+from dataflow_core.pipelines import layout
 
-WATERMARK_TABLE = "dataflow_watermarks"
+WATERMARK_TABLE = layout.WATERMARKS
 PANE_COLUMNS = (
     "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
     "is_first", "is_last", "is_retraction", "emitted_at",
@@ -264,7 +265,7 @@ def read_history(
     lo = dt.datetime.fromtimestamp(event_from / 1000, dt.timezone.utc).replace(tzinfo=None)
     hi = dt.datetime.fromtimestamp(event_to / 1000, dt.timezone.utc).replace(tzinfo=None)
     elements, element_args = _element_rows(spark, spec, pipeline, index, key, lo, hi)
-    pane_table = f"{st.output}_panes"
+    pane_table = layout.panes(st)
     panes = _keyed(_table(spark, pane_table, pipeline), key)
     panes = panes.filter(
         F.col("window_end").isNull() | ((F.col("window_end") > F.lit(lo)) & (F.col("window_start") < F.lit(hi)))
@@ -302,7 +303,7 @@ def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[st
         _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
         elements = _keyed(source, key).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
         return elements.select(*key, _ms("event_time"), _ms("ingest_time")), {}
-    upstream = f"{spec.stages[index - 1].output}_panes"
+    upstream = layout.panes(spec.stages[index - 1])
     source = _table(spark, upstream, pipeline)
     _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
     elements = _keyed(source, key).filter(~F.col("is_retraction"))

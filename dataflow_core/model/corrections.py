@@ -24,8 +24,8 @@ from dataflow_core.model.trigger_machine import TriggerContext
 from dataflow_core.model.window_state import WindowState
 from dataflow_core.model.windows import AssignContext, Window
 
-__all__ = ["Corrected", "Correction", "FreshCorrection", "correct", "fresh_correction", "rebuild_windows",
-           "take_over"]
+__all__ = ["Corrected", "Correction", "FreshCorrection", "correct", "fresh_correction", "merged_into",
+           "rebuild_windows", "take_over"]
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,9 @@ def correct(
     pane implies. In retracting mode the standing pane is retracted first; a discarding
     pane carries the combiner's `output_difference` from the standing total. A window that
     lost all its input is retracted (retracting), or gets the empty aggregate (otherwise,
-    where there is one). Corrections are restatements: none is marked last, since the input
+    where there is one); one that merged into a recomputed window (`merged_into`) is deleted
+    in every mode, and the pane of the window it merged into declares it (`Pane.replaces`).
+    Corrections are restatements: none is marked last, since the input
     can be rewritten again.
 
     With `elements` (all of the key's input the backfill read) `ks` is live state: each
@@ -111,13 +113,17 @@ def correct(
     keep = elements is not None
     rebuilt = rebuild_windows(ks.key, s, elements) if keep and s.accumulation.accumulates else {}
     empty = s.combiner.empty_output()
+    into = merged_into(corrections) if s.window_fn.is_merging else {}
     out = Corrected()
     for c in sorted(corrections, key=lambda c: (c.present, c.window.end, c.window.start)):
         ws = _standing_window(ks, c, at, watermark)
-        if not c.present and (s.accumulation is AccumulationMode.RETRACTING or empty is None):
+        gone = c.window in into
+        if not c.present and (gone or s.accumulation is AccumulationMode.RETRACTING or empty is None):
             out.panes += _withdrawn(ws, s, at)
             out.results.append((c.window, None, None))
             continue
+        if c.present:  # its pane declares the windows merged into it (`Pane.replaces`)
+            ws.merged_away += [w for w, target in into.items() if target == c.window and w not in ws.merged_away]
         total = c.value if c.present else empty
         emitted = _restated(ks, ws, c, total, at, watermark)
         out.panes += emitted
@@ -125,6 +131,16 @@ def correct(
         if keep and c.present and s.gc_time(c.window) > watermark:
             _keep_corrected(ks, ws, rebuilt)
     return out
+
+
+def merged_into(corrections: Sequence[Correction]) -> dict[Window, Window]:
+    """Of a merging WindowFn's corrections of one key: each window that lost its input
+    because it merged into a recomputed one (it has a standing pane and overlaps a present
+    window), mapped to that window. It ceased to exist: deleted from the results in every
+    accumulation mode, never restated at the empty aggregate."""
+    present = [c.window for c in corrections if c.present]
+    return {c.window: target for c in corrections if not c.present and c.standing is not None
+            for target in present if _overlap(c.window, target)}
 
 
 def _withdrawn(ws: WindowState, s: WindowingStrategy, at: Instant) -> list[Pane]:

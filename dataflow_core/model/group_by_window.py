@@ -366,9 +366,12 @@ class KeyedWindowSet:
         history: PaneHistory | None = None,
     ) -> list[Pane]:
         """The pane `info` describes, preceded (retracting mode) by the retractions of what
-        it replaces; the window's history (`history`: `ws.history`, when at hand) moves on."""
+        it replaces; the window's history (`history`: `ws.history`, when at hand) moves on.
+        In every mode the pane declares the windows merged into this one since its last pane
+        (`Pane.replaces`): they ceased to exist when this pane took their data."""
         pane = Pane.build(self.key, ws.window, value, timestamp, info.timing, info.index, info.on_time_index,
-                          info.first, info.last, at)
+                          info.first, info.last, at, tuple(ws.merged_away))
+        ws.merged_away = []
         out: list[Pane] = []
         if self.strategy.accumulation is AccumulationMode.RETRACTING:
             out = ws.replaced_at(at)

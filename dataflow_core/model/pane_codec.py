@@ -21,6 +21,10 @@ PANE_FIELDS = (
 )
 """A pane's row, after its key."""
 
+REPLACES = "replaces"
+"""A pane row's optional field: the bounds (`window_start`, `window_end`) of the windows the
+pane's window absorbed (`Pane.replaces`), absent or null when none."""
+
 EMISSION_ORDER = ("emitted_at", "pane_index", "is_retraction")
 """The fields that order a window's pane rows as they were emitted (`panes.emission_order`):
 by emission time, then index, a pane before its own retraction."""
@@ -57,6 +61,8 @@ def pane_to_row(pane: Pane, encode_value: Codec = _same) -> dict[str, Any]:
     }
     row.update(_metadata(pane.timing, pane.index, pane.on_time_index, pane.first, pane.last, pane.retraction,
                          pane.emitted_at))
+    if pane.replaces:
+        row[REPLACES] = [dict(zip(("window_start", "window_end"), window_bounds(w))) for w in pane.replaces]
     return row
 
 
@@ -99,4 +105,5 @@ def pane_from_row(key: Hashable, row: Mapping[str, Any], decode_value: Codec = _
         last=bool(last or False),
         emitted_at=int(row["emitted_at"]),
         retraction=bool(row.get("is_retraction") or False),
+        replaces=tuple(window_of(w["window_start"], w["window_end"]) for w in row.get(REPLACES) or ()),
     )

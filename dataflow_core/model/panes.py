@@ -8,7 +8,7 @@ history stays one history whoever adds to it (after Beam's `PaneInfoTracker.desc
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Hashable
 
 from dataflow_core.model.time import Instant
@@ -54,11 +54,16 @@ class Pane:
     last: bool
     emitted_at: Instant
     retraction: bool = False
+    replaces: tuple[Window, ...] = field(default=(), compare=False)
+    """The windows merged into this pane's window since it last emitted, each of which had
+    emitted panes of its own (merging windows only): they no longer exist, so the current
+    results drop them, in every accumulation mode (retracting mode also retracts their panes).
+    A declaration about other windows, not part of what the pane says: left out of equality."""
 
     @classmethod
     def build(
         cls, key: Hashable, window: Window, value: Any, timestamp: Instant, timing: PaneTiming, index: int,
-        on_time_index: int | None, first: bool, last: bool, emitted_at: Instant,
+        on_time_index: int | None, first: bool, last: bool, emitted_at: Instant, replaces: tuple[Window, ...] = (),
     ) -> "Pane":
         """`Pane(...)` with its fields filled directly: a frozen dataclass's `__init__` sets
         each field through `object.__setattr__`, five times slower, and a replay makes a
@@ -66,6 +71,7 @@ class Pane:
         return _frozen(
             cls, key=key, window=window, value=value, timestamp=timestamp, timing=timing, index=index,
             on_time_index=on_time_index, first=first, last=last, emitted_at=emitted_at, retraction=False,
+            replaces=replaces,
         )
 
     def retracted_at(self, emitted_at: Instant) -> "Pane":

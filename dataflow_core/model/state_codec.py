@@ -81,7 +81,7 @@ def encode_key_state(ks: "KeyState") -> dict | None:
 
 
 _WINDOW_DEFAULTS = {"pending": 0, "ts_min": None, "ts_max": None, "next_index": 0, "next_on_time_index": 0,
-                    "standing": None, "absorbed": [], "ended": False}
+                    "standing": None, "absorbed": [], "ended": False, "merged_away": []}
 """A version 2 window's fields that are left out at these values (`WindowState`'s defaults)."""
 
 
@@ -114,6 +114,7 @@ def decode_key_state(ks: "KeyState", data: dict | None) -> "KeyState":
             standing=None if w["standing"] is None else pane_from_row(ks.key, w["standing"]),
             absorbed=[pane_from_row(ks.key, p) for p in w["absorbed"]],
             ended=w["ended"],
+            merged_away=[window_of(*bounds) for bounds in w.get("merged_away", ())],
         )
         ks.restore_window(ws)
     return ks
@@ -126,7 +127,8 @@ def _window(ws: "WindowState", combiner: Any) -> dict:
     fields = {"pending": ws.pending, "ts_min": ws.ts_min, "ts_max": ws.ts_max, "next_index": ws.next_index,
               "next_on_time_index": ws.next_on_time_index,
               "standing": None if ws.standing is None else pane_to_row(ws.standing),
-              "absorbed": [pane_to_row(p) for p in ws.absorbed], "ended": ws.ended}
+              "absorbed": [pane_to_row(p) for p in ws.absorbed], "ended": ws.ended,
+              "merged_away": [list(window_bounds(w)) for w in ws.merged_away]}
     out.update((k, v) for k, v in fields.items() if v != _WINDOW_DEFAULTS[k] or type(v) is not type(_WINDOW_DEFAULTS[k]))
     return out
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from typing import Hashable, Iterable, Mapping
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
@@ -140,6 +140,27 @@ class WindowingStrategy:
         merge = min if self.timestamp_combiner.merge == "min" else max
         return replace(panes[-1], value=self.combiner.merge_outputs([p.value for p in kept]),
                        timestamp=merge(p.timestamp for p in kept))
+
+    def current_panes(self, panes: "Iterable[Pane]") -> "dict[tuple[Hashable, Window], Pane]":
+        """The current results that `panes` (of any keys and windows, in emission order)
+        leave: per key and window what its panes net to (`net_panes`), without the windows a
+        later pane of the same key declared merged away (`Pane.replaces`), in every
+        accumulation mode. The rule of a results table (in Spark SQL: `window_totals`)."""
+        by_window: dict[tuple[Hashable, Window], list[Pane]] = {}
+        last_at: dict[tuple[Hashable, Window], int] = {}  # where each window's last pane stands
+        gone_at: dict[tuple[Hashable, Window], int] = {}  # where the last pane declaring it gone stands
+        for n, p in enumerate(panes):
+            by_window.setdefault((p.key, p.window), []).append(p)
+            last_at[(p.key, p.window)] = n
+            if not p.retraction:
+                for w in p.replaces:
+                    gone_at[(p.key, w)] = n
+        out: dict[tuple[Hashable, Window], Pane] = {}
+        for kw, ps in by_window.items():
+            net = self.net_panes(ps)
+            if net is not None and gone_at.get(kw, -1) < last_at[kw]:
+                out[kw] = net
+        return out
 
 
 def definition_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:

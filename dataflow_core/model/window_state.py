@@ -25,6 +25,7 @@ class WindowState:
     next_on_time_index: int = 0
     standing: Pane | None = None  # last pane, not yet retracted (retracting mode)
     absorbed: list[Pane] = field(default_factory=list)  # standing panes of merged-away windows
+    merged_away: list[Window] = field(default_factory=list)  # merged-in windows that had emitted (`Pane.replaces`)
     ended: bool = False  # a pane marked last is out
     processing_timer: Instant | None = None  # cached from the trigger state tree
     event_timer: Instant | None = None
@@ -51,8 +52,10 @@ class WindowState:
         return out
 
     def absorb(self, other: "WindowState") -> None:
-        """Take over what a window merged into this one still has to retract."""
+        """Take over what a window merged into this one still has to retract, and to declare
+        gone (`Pane.replaces`: it, if it emitted, and what merged into it)."""
         self.absorbed += other.absorbed + ([other.standing] if other.standing else [])
+        self.merged_away += other.merged_away + ([other.window] if other.next_index else [])
 
     @classmethod
     def merged(
@@ -78,6 +81,7 @@ class WindowState:
                 merged.next_index, merged.next_on_time_index = st.next_index, st.next_on_time_index
                 merged.standing, merged.ended = st.standing, st.ended
                 merged.absorbed += st.absorbed
+                merged.merged_away += st.merged_away
             else:
                 merged.absorb(st)
         return merged

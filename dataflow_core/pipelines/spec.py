@@ -12,6 +12,7 @@ from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
 from dataflow_core.model.watermarks import WatermarkEstimator, spark_refusal
+from dataflow_core.pipelines.layout import panes as panes_table, results as results_table
 from dataflow_core.pipelines.types import declared_type
 
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
@@ -154,7 +155,7 @@ class PipelineSpec:
                  + f", key {', '.join(self.key)}, value {self.value}, watermark {self.watermark().describe()}"]
         for s in self.stages:
             a = s.answers()
-            lines.append(f"  stage {s.output} (tables {s.output}_panes" + f", {s.output})")
+            lines.append(f"  stage {s.output} (tables {panes_table(s)}, {results_table(s)})")
             lines.append(f"    key {', '.join(s.key_columns)}; what {a['what']}; where {a['where']}; when {a['when']}; how {a['how']}")
         return lines
 

@@ -21,6 +21,7 @@ import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from dataflow_core.pipelines import layout
 from dataflow_core.quality.input_gate import gate_input, input_frame, input_rules
 from dataflow_core.quality.outcome import GateFailed, GateOutcome, docs_dir_of, spec_of
 from dataflow_core.quality.output_gates import gate_panes, gate_results, pane_checks, results_checks, touched_panes
@@ -66,22 +67,22 @@ def gate_outputs(
     outcomes: list[GateOutcome] = []
     for stage in spec.stages:
         expected = int(wrote.get(stage.output, 0) or 0)
-        if not table_exists(spark, f"{stage.output}_panes"):
+        if not table_exists(spark, layout.panes(stage)):
             if expected:
                 outcomes.append(_nothing_checked(stage, ids, expected, "its pane log does not exist"))
                 say(outcomes[-1].summary())
                 continue
-            say(f"stage {stage.output}: no pane log ({stage.output}_panes) yet, nothing to check")
+            say(f"stage {stage.output}: no pane log ({layout.panes(stage)}) yet, nothing to check")
             continue
         outcome = gate_panes(spark, stage, ids, run_id, spec.name, docs_dir, build_docs=False)
         if expected and outcome.rows == 0:
             outcome = replace(outcome, problem=(
                 f"0 panes checked although run(s) {', '.join(sorted(set(ids or []))) or '-'} wrote {expected:,} "
-                f"panes and retractions to {stage.output}_panes: the gate's run ids do not match the pane log's"))
+                f"panes and retractions to {layout.panes(stage)}: the gate's run ids do not match the pane log's"))
         outcomes.append(outcome)
         for line in outcomes[-1].lines():
             say(line)
-        if stage.keeps_results and table_exists(spark, stage.output):
+        if stage.keeps_results and table_exists(spark, layout.results(stage)):
             outcomes.append(gate_results(spark, stage, ids, run_id, spec.name, docs_dir, build_docs=False))
             for line in outcomes[-1].lines():
                 say(line)
@@ -96,7 +97,7 @@ def gate_outputs(
 def _nothing_checked(stage: "StageSpec", ids, expected: int, why: str) -> GateOutcome:
     from dataflow_core.quality.validate import ValidationReport
 
-    empty = ValidationReport(suite=f"{stage.output}_panes", success=True, outcomes=())
-    return GateOutcome("panes", f"{stage.output}_panes", empty, 0, 0, None,
+    empty = ValidationReport(suite=layout.panes(stage), success=True, outcomes=())
+    return GateOutcome("panes", layout.panes(stage), empty, 0, 0, None,
                        problem=f"0 panes checked although run(s) {', '.join(sorted(set(ids or []))) or '-'} "
                                f"wrote {expected:,} panes and retractions: {why}")

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Sequence
 from dataflow_core.model.combiners import value_present
 from dataflow_core.model.pane_codec import pane_from_row
 from dataflow_core.model.panes import HISTORY_RULES, PANE_RULES, RETRACTION_RULES, emission_key, pane_breaks
+from dataflow_core.pipelines import layout
 from dataflow_core.quality.outcome import REASON, GateOutcome, append_rows_to, docs_dir_of
 from dataflow_core.spark.input.expectations import RuleSet, load_rules
 from dataflow_core.quality.validate import validate_dataframe
-from dataflow_core.spark.execute.output_merge import window_totals
+from dataflow_core.spark.execute.output_merge import touched_windows, window_totals
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -52,11 +53,11 @@ def touched_panes(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[s
 
     from dataflow_core.spark.platform.tables import read_table
 
-    panes = read_table(spark, f"{stage.output}_panes")
+    panes = read_table(spark, layout.panes(stage))
     if run_ids is None:
         return panes
     ids = sorted(set(run_ids))
-    windows = panes.where(F.col("run_id").isin(ids)).select(*_window_cols(stage)).distinct()
+    windows = touched_windows(panes.where(F.col("run_id").isin(ids)), _window_cols(stage))
     return _null_safe_join(panes, windows, _window_cols(stage), "left_semi")
 
 
@@ -130,10 +131,10 @@ def gate_panes(
     """Validate the pane log of the windows `run_ids` touched; failing panes are copied to
     `<output>_panes_quarantine` with the reasons."""
     checked = pane_checks(touched_panes(spark, stage, run_ids), stage)
-    n, report, quarantined, table = _validate(spark, checked, PANES_SUITE, f"{stage.output}_panes",
+    n, report, quarantined, table = _validate(spark, checked, PANES_SUITE, layout.panes(stage),
                                               f"{run_id}:panes:{stage.output}", pipeline, run_id, docs_dir, build_docs)
     scope = "all windows" if run_ids is None else f"windows touched by run(s) {', '.join(sorted(set(run_ids))) or '-'}"
-    return GateOutcome("panes", f"{stage.output}_panes", report, n, quarantined, table, (scope,))
+    return GateOutcome("panes", layout.panes(stage), report, n, quarantined, table, (scope,))
 
 
 def _validate(
@@ -161,7 +162,7 @@ def _validate(
                     F.lit(pipeline).alias("pipeline"), F.lit(run_id).alias("gate_run_id"),
                     F.current_timestamp().alias("quarantined_at"))
         )
-        table = f"{name}_quarantine"
+        table = layout.gate_quarantine(name)
         quarantined = append_rows_to(spark, bad, table)
     finally:
         checked.unpersist()
@@ -190,7 +191,7 @@ def results_checks(spark: "SparkSession", stage: "StageSpec", run_ids: Iterable[
     win = _window_cols(stage)
     panes = touched_panes(spark, stage, run_ids)
     net = netted(panes, stage).withColumn("_in_panes", F.lit(True))
-    results = read_table(spark, stage.output)
+    results = read_table(spark, layout.results(stage))
     if run_ids is not None:
         windows = panes.select(*win).distinct()
         results = _null_safe_join(results, windows, win, "left_semi")
@@ -220,6 +221,6 @@ def gate_results(
     """Check that the results table equals what the pane log nets to (windows `run_ids`
     touched); mismatching rows are copied to `<output>_results_quarantine`."""
     n, report, quarantined, table = _validate(
-        spark, results_checks(spark, stage, run_ids), RESULTS_SUITE, f"{stage.output}_results",
+        spark, results_checks(spark, stage, run_ids), RESULTS_SUITE, layout.results_check(stage),
         f"{run_id}:results:{stage.output}", pipeline, run_id, docs_dir, build_docs)
     return GateOutcome("results", stage.output, report, n, quarantined, table)

@@ -29,6 +29,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines import layout
 
 URL_PREFIX = "/dataflow-explorer"
 
@@ -221,9 +222,9 @@ def render_page(pipeline: str | None, stage: str | None, key: str, event_from: s
             f'data-elements="{c["elements"]}" data-watermark-steps="{c["watermark_steps"]}">{view.svg}</div>'
             '<p class="hint">Hover over a pane, an element or a watermark mark for its value and times '
             '(labels that would overlap another are left out).</p>'
-            f'<h3>Results ({len(view.results)} rows, table {html.escape(view.stage)})</h3>'
+            f'<h3>Results ({len(view.results)} rows, table {html.escape(layout.results(view.stage))})</h3>'
             + _table("results", view.results)
-            + f'<h3>Pane log ({len(view.panes)} rows, table {html.escape(view.stage)}_panes)</h3>'
+            + f'<h3>Pane log ({len(view.panes)} rows, table {html.escape(layout.panes(view.stage))})</h3>'
             + _table("pane-log", view.panes, row_class=lambda r: "retraction" if r.get("is_retraction") else "pane")
         )
     return _document("Pane explorer", "\n".join(parts))

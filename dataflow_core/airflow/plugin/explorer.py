@@ -12,6 +12,7 @@ from typing import Any
 from dataflow_core.diagram.tables import WATERMARK_TABLE, history_from_frames, stage_of, key_label, parse_key
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import format_instant, parse_instant
+from dataflow_core.pipelines import layout
 from dataflow_core.query import list_tables, literal, query, quote_ident
 
 DEFAULT_SPAN_MS = 12 * 3600 * 1000  # without --to: at most 12 hours from the first window
@@ -42,7 +43,7 @@ def search_keys(spec: Any, stage: str | None, text: str = "", warehouse: str | N
                 limit: int = KEY_LIST_LIMIT) -> list[dict[str, Any]]:
     """Keys of the stage's pane log containing `text` (case-insensitive), busiest first."""
     _, st = stage_of(spec, stage)
-    table = f"{st.output}_panes"
+    table = layout.panes(st)
     if table not in list_tables(warehouse):
         return []
     columns = list(st.key_columns)
@@ -95,13 +96,13 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     index, st = stage_of(spec, stage)
     key = parse_key(key_text, list(st.key_columns))
     tables = set(list_tables(warehouse))
-    pane_table = f"{st.output}_panes"
+    pane_table = layout.panes(st)
     if pane_table not in tables:
         raise DataflowError(f"table {pane_table!r} does not exist yet (has pipeline {pipeline!r} run?)")
     if index == 0:
         source, time_col = spec.input_table, "event_time"
     else:
-        source, time_col = f"{spec.stages[index - 1].output}_panes", "timestamp"
+        source, time_col = layout.panes(spec.stages[index - 1]), "timestamp"
     lo, hi = _event_range(key, event_from, event_to, pane_table, source, time_col, tables, warehouse)
 
     cols = ", ".join(quote_ident(c) for c in key)
@@ -133,9 +134,9 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     svg = render(history, "svg", event_range=(lo, hi)).decode()
     svg = svg[svg.index("<svg"):]  # drop the XML prolog and doctype: the SVG goes inline
     results: list[dict[str, Any]] = []
-    if st.output in tables and getattr(st, "keeps_results", True):
-        results = query(f"SELECT * FROM {st.output} WHERE {_key_filter(key)} AND {in_range} ORDER BY window_start",
-                        warehouse).table.to_pylist()
+    if layout.results(st) in tables and getattr(st, "keeps_results", True):
+        results = query(f"SELECT * FROM {layout.results(st)} WHERE {_key_filter(key)} AND {in_range} "
+                        "ORDER BY window_start", warehouse).table.to_pylist()
     rows = [{c: r[c] for c in PANE_LOG_COLUMNS} for r in panes.to_dict("records")]
     return KeyView(pipeline, st.output, str(key_label(key)), lo, hi, svg, rows, results, len(history.elements),
                    _counts(history, elements))
@@ -201,7 +202,7 @@ def _input_elements(spec: Any, source: str, tables: set[str], key: dict[str, str
     except DataflowError:  # a `where` in Spark SQL that DataFusion does not take: every row of the key
         frame = query(select, warehouse).table.to_pandas()
     refused: set[tuple[str, str, str]] = set()
-    quarantine = f"{spec.name}__quarantine"
+    quarantine = layout.quarantine(spec)
     if quarantine in tables:
         bad = query(
             f"SELECT CAST(event_id AS VARCHAR) AS event_id, CAST(event_time AS VARCHAR) AS e, "
@@ -252,16 +253,16 @@ def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, t
                       warehouse).table.to_pylist()
         points += [(_ms(m["processing_time"]), _ms(m["watermark"])) for m in marks
                    if m["processing_time"] is not None and m["watermark"] is not None]
-    if "dataflow_batches" in tables:
-        batches = query(f"SELECT now_ms, watermarks FROM dataflow_batches WHERE pipeline = {literal(pipeline)} "
+    if layout.BATCHES in tables:
+        batches = query(f"SELECT now_ms, watermarks FROM {layout.BATCHES} WHERE pipeline = {literal(pipeline)} "
                         "AND status = 'finished'", warehouse).table.to_pylist()
         for b in batches:
             marks = json.loads(b["watermarks"] or "{}")
             wm = marks.get(output, marks.get("input") if index == 0 else None)
             if wm is not None and b["now_ms"] is not None:
                 points.append((int(b["now_ms"]), int(wm)))
-    if "dataflow_runs" in tables:
-        runs = query(f"SELECT now, args FROM dataflow_runs WHERE pipeline = {literal(pipeline)} AND "
+    if layout.RUNS in tables:
+        runs = query(f"SELECT now, args FROM {layout.RUNS} WHERE pipeline = {literal(pipeline)} AND "
                      "command = 'backfill' AND status = 'finished'", warehouse).table.to_pylist()
         for r in runs:
             end = json.loads(r["args"] or "{}").get("end")

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from dataflow_core.diagram.plan_table import StageDiff, WindowChange, order
+from dataflow_core.pipelines import layout
 from dataflow_core.query import list_tables, literal, query, quote_ident
 
 DECIDED = ("applied", "rejected", "finished")
@@ -22,9 +23,9 @@ DECIDED = ("applied", "rejected", "finished")
 def plans_of(pipeline: str, warehouse: str | None) -> list[dict[str, Any]]:
     """The pipeline's plans, newest first: run id, range, status (`planned` until decided),
     who decided and when."""
-    if "dataflow_runs" not in list_tables(warehouse):
+    if layout.RUNS not in list_tables(warehouse):
         return []
-    rows = query("SELECT * FROM dataflow_runs WHERE pipeline = " + literal(pipeline) +
+    rows = query(f"SELECT * FROM {layout.RUNS} WHERE pipeline = " + literal(pipeline) +
                  " AND status IN ('planned', 'applied', 'rejected', 'finished')", warehouse).table.to_pylist()
     planned = {r["run_id"]: r for r in rows if r["status"] == "planned"}
     decided = {r["run_id"]: r for r in sorted(rows, key=lambda r: DECIDED.index(r["status"]) if r["status"] in DECIDED
@@ -47,7 +48,7 @@ def plan_stages(spec: Any, run_id: str, warehouse: str | None) -> list[StageDiff
     diffs = []
     for stage in spec.stages:
         diff = StageDiff(stage.output, tuple(stage.key_columns))
-        table = f"{stage.output}__corrections"
+        table = layout.plan(stage)
         if table in tables and "old_value" in _columns(table, warehouse):
             keys = ", ".join(quote_ident(k) for k in stage.key_columns)
             rows = query(f"SELECT {keys}, window_start, window_end, old_value, new_value, preview_panes, "

@@ -66,7 +66,7 @@ def run_corrections(
     probe = fresh_correction(at, watermark) if fresh_in_sql else None
     if probe is None:
         return _kept(map_keys(inputs, keys, one_key, schema), persisted)
-    return _fresh_in_sql(inputs, probe, keys, schema, one_key, persisted, all_fresh)
+    return _fresh_in_sql(inputs, probe, keys, schema, one_key, persisted, all_fresh, strategy.window_fn.is_merging)
 
 
 def _key_inputs(fixes: "DataFrame", keys: list[str], elements: "DataFrame | None") -> "DataFrame":
@@ -135,10 +135,14 @@ def _output_rows(keyed: dict, done: Corrected, at: Instant) -> list[dict]:
 def _fresh_in_sql(
     inputs: "DataFrame", probe: FreshCorrection, keys: list[str], schema: str,
     one_key: Callable[[list, "pa.Table", "pa.Table | None"], list[dict]],
-    persisted: list["DataFrame"] | None, all_fresh: bool,
+    persisted: list["DataFrame"] | None, all_fresh: bool, merging: bool = False,
 ) -> "DataFrame":
     """Without live state: the windows the results do not have get `probe`'s metadata in
-    Spark SQL (`_fresh_rows`), the others go through the executors."""
+    Spark SQL (`_fresh_rows`), the others go through the executors. With `merging` windows,
+    a key with any other correction goes through the executors whole: its new window may
+    have absorbed a standing one, which `correct` deletes and the new window's pane declares
+    (`model.corrections.merged_into`)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     fresh = F.col("present") & F.col("s_pane_index").isNull() & F.col("ts").isNotNull() \
@@ -147,8 +151,12 @@ def _fresh_in_sql(
         from pyspark.sql.types import _parse_datatype_string
 
         return _fresh_rows(inputs, probe, keys, _parse_datatype_string(schema))
-    rest = _kept(map_keys(inputs.where(~fresh), keys, one_key, schema), persisted)
-    return rest.unionByName(_fresh_rows(inputs.where(fresh), probe, keys, rest.schema))
+    if merging:
+        inputs = inputs.withColumn("_fresh", F.min(F.coalesce(fresh, F.lit(False)).cast("int"))
+                                   .over(Window.partitionBy(*keys)) == 1)
+        fresh = F.col("_fresh")
+    rest = _kept(map_keys(inputs.where(~fresh).drop("_fresh"), keys, one_key, schema), persisted)
+    return rest.unionByName(_fresh_rows(inputs.where(fresh).drop("_fresh"), probe, keys, rest.schema))
 
 
 def _kept(rows: "DataFrame", persisted: list["DataFrame"] | None) -> "DataFrame":

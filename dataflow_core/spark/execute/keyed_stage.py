@@ -40,6 +40,7 @@ OUTPUT_FIELDS = (
     "kind string, ordinal int, sub array<bigint>, window_start bigint, window_end bigint, "
     "value {value_type}, ts bigint, timing string, pane_index int, on_time_index int, "
     "is_first boolean, is_last boolean, is_retraction boolean, emitted_at bigint, "
+    "replaces array<struct<window_start: bigint, window_end: bigint>>, "
     "hold bigint, hold_end array<bigint>, hold_time bigint, hold_end_time bigint, "
     "elements bigint, dropped_elements bigint, dropped_pairs bigint, "
     "state string, state_version int, wake_timer bigint, wake_watermark bigint, windows array<struct<"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.pane_codec import EMISSION_ORDER
+from dataflow_core.model.pane_codec import EMISSION_ORDER, REPLACES
 from dataflow_core.model.strategy import WindowingStrategy
 
 if TYPE_CHECKING:
@@ -43,10 +43,13 @@ def window_totals(
     """Per window (`window_id` columns) of `panes` (with the `EMISSION_ORDER` columns,
     `value` and the timestamp column `ts`), its last pane as `net_panes` nets it: discarding
     panes' values and timestamps merged, `value` cast to `value_type`. A window whose last
-    pane `is_retraction` nets to nothing: the caller drops (or deletes) its row."""
+    pane `is_retraction` nets to nothing: the caller drops (or deletes) its row. So does a
+    window a pane of its key declared merged away (`REPLACES`, `Pane.replaces`), in every
+    accumulation mode: `current_panes`' rule (`with_merged_away`)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
+    panes = with_merged_away(panes, window_id)
     last = Window.partitionBy(*window_id).orderBy(*[F.col(c).desc() for c in EMISSION_ORDER])
     ranked = panes.withColumn("_net_rank", F.row_number().over(last))
     merge = discarding_merge(strategy)
@@ -56,3 +59,42 @@ def window_totals(
         merged_ts = F.expr(f"{strategy.timestamp_combiner.merge}(CASE WHEN NOT is_retraction THEN {ts} END)")
         ranked = ranked.withColumn("value", total.over(whole)).withColumn(ts, merged_ts.over(whole))
     return ranked.where("_net_rank = 1").drop("_net_rank").withColumn("value", F.col("value").cast(value_type))
+
+
+MERGED_AWAY_INDEX = 2**31 - 1
+"""The pane index of a merged-away window's end (`with_merged_away`): after every pane it
+emitted, in emission order, even one emitted at the same moment as the pane that absorbed it."""
+
+
+def with_merged_away(panes: "DataFrame", window_id: Sequence[str]) -> "DataFrame":
+    """`panes` plus, for every window a pane declared merged away (`REPLACES`), a row that
+    ends it: a retraction-like row (`is_retraction`, no value) at that pane's emission time,
+    last in its window's emission order, so that the window nets to nothing whether its own
+    panes are in `panes` (the results gate's pane log) or not (a micro-batch's results MERGE
+    deletes the row an earlier batch wrote). Panes without the column come back as they are."""
+    from pyspark.sql import functions as F
+
+    if REPLACES not in panes.columns:
+        return panes
+    keys = list(window_id[:-2])
+    declared = panes.where(F.col(REPLACES).isNotNull() & ~F.col("is_retraction")).select(
+        *keys, "emitted_at", F.explode(REPLACES).alias("_gone"))
+    ends = declared.select(
+        *keys, F.col("_gone.window_start").alias(window_id[-2]), F.col("_gone.window_end").alias(window_id[-1]),
+        "emitted_at", F.lit(MERGED_AWAY_INDEX).alias("pane_index"), F.lit(True).alias("is_retraction"))
+    ends = ends.select(*[F.col(c).cast(panes.schema[c].dataType) for c in ends.columns])
+    return panes.unionByName(ends, allowMissingColumns=True)
+
+
+def touched_windows(panes: "DataFrame", window_id: Sequence[str]) -> "DataFrame":
+    """The windows (`window_id` columns) `panes` are of, and those they declare merged away
+    (`REPLACES`): every window whose results row those panes set or delete."""
+    from pyspark.sql import functions as F
+
+    own = panes.select(*window_id)
+    if REPLACES not in panes.columns:
+        return own.distinct()
+    keys = list(window_id[:-2])
+    gone = panes.where(F.col(REPLACES).isNotNull()).select(*keys, F.explode(REPLACES).alias("_gone")).select(
+        *keys, F.col("_gone.window_start").alias(window_id[-2]), F.col("_gone.window_end").alias(window_id[-1]))
+    return own.unionByName(gone).distinct()

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 REASON = "quarantine_reason"
 REFUSED = "_dataflow_refused"
 DELIVERIES = "_dataflow_deliveries"
+DUPLICATES = "_dataflow_duplicates"
 _TAGS = "_dataflow_failed"
 
 
@@ -131,7 +132,8 @@ def quarantined(tagged: "DataFrame") -> "DataFrame":
     )
 
 
-def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = None) -> "DataFrame":
+def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = None,
+             duplicates_within: "Column | None" = None) -> "DataFrame":
     """Accepted rows as elements, each event once: the first delivery (earliest ingest)
     of each event id wins; later deliveries are duplicates.
 
@@ -139,7 +141,11 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     input also yields what its ledger and quarantine need: the bad rows for which `within`
     holds come along, each one, in `REFUSED` (their input columns and reasons, as
     `quarantined` gives them; null for an element), and each element has in `DELIVERIES`
-    how many of its event's deliveries `within` holds for (0 for a refused row)."""
+    how many of its event's deliveries `within` holds for (0 for a refused row).
+
+    With `within` or `duplicates_within`, each element also has in `DUPLICATES` how many
+    deliveries of its event (for which that condition holds) lost the first-delivery dedup:
+    counted from the dedup itself, so that a ledger built on it can fail."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -151,8 +157,10 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
         ("event_id", F.expr(spec.event_id).cast("string")),
     ]
     if within is None:
-        rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols])
+        counted = F.lit(True) if duplicates_within is None else duplicates_within
+        rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols], counted.cast("int").alias("_within"))
         event = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
+        whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         kept = F.col("_delivery") == 1
     else:
         inputs = [F.col(f"`{c}`") for c in tagged.columns if c != _TAGS]
@@ -166,8 +174,11 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
         whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         rows = rows.withColumn(DELIVERIES, F.sum("_within").over(whole))  # refused rows apart: none is a duplicate
         kept = (F.col("_delivery") == 1) | F.col("_refused")
-    first = F.row_number().over(event)
-    return rows.withColumn("_delivery", first).where(kept).drop("_delivery", "_within", "_refused")
+    rows = rows.withColumn("_delivery", F.row_number().over(event))
+    if within is not None or duplicates_within is not None:  # same window: no second shuffle or sort
+        lost = F.when(F.col("_delivery") > 1, F.col("_within")).otherwise(F.lit(0))
+        rows = rows.withColumn(DUPLICATES, F.sum(lost).over(whole).cast("bigint"))
+    return rows.where(kept).drop("_delivery", "_within", "_refused")
 
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":

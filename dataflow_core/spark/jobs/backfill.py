@@ -36,7 +36,7 @@ from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
-from dataflow_core.spark.input.rows import EventRange
+from dataflow_core.spark.input.rows import DUPLICATES, EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
 from dataflow_core.spark.jobs.corrections import correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
@@ -239,7 +239,8 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
         if attempt == 0:
             els, cached = read.elements, read.cached
         else:
-            els = cached = range_elements(spark, spec, read_span, version)
+            cached = range_elements(spark, spec, read_span, version, span)
+            els = cached.drop(DUPLICATES)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
         if not wfn.is_merging:
@@ -257,8 +258,10 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
         raise DataflowError(
             f"windows of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
     if attempt:  # the widened read's elements may settle which delivery of an event counts
-        ledger.accepted = els.where((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).count()
-        ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+        counts = cached.agg(
+            F.count_if((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).alias("unique"),
+            F.sum(DUPLICATES).alias("lost")).first()
+        ledger.accepted, ledger.duplicates = int(counts["unique"]), int(counts["lost"] or 0)
     ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
     check_hold(spark, spec, hold)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import END_OF_TIME, Instant
-from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines import PipelineSpec, StageSpec, layout
 from dataflow_core.spark.execute.corrections import STANDING, run_corrections
 from dataflow_core.spark.execute.keyed_stage import KeyCodec
 from dataflow_core.spark.input.rows import EventRange
@@ -169,7 +169,7 @@ def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elemen
 
     def results(session: "SparkSession") -> None:
         write_results(session, stage, out.where("kind = 'result'"), run.run_id, one_per_window=True,
-                      txn=(f"dataflow:{spec.name}:{stage.output}:{run.run_id}", 0))
+                      txn=(f"dataflow:{spec.name}:{layout.results(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-results")
 
     def state(session: "SparkSession") -> None:

@@ -11,11 +11,11 @@ accepted for its other windows, and remembered as counted in all of them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import elements, quarantined, read_counts, tag_rows
+from dataflow_core.spark.input.rows import DUPLICATES, elements, quarantined, read_counts, tag_rows
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -28,7 +28,7 @@ from dataflow_core.spark.sinks.runs import Ledger
 from dataflow_core.spark.sinks.seen_ids import OWNED, counted_spans, overlapping, remember_ids, seen_table
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
 
 EXPIRE_EVERY = 100
 """Every this many batches, the seen-ids write also drops ids past the lateness horizon."""
@@ -72,7 +72,7 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     if spec.where:
         rows = rows.where(F.expr(spec.where))
     tagged = persist_uncompressed(tag_rows(spark, spec, rows))
-    candidates = elements(spec, tagged)
+    candidates = elements(spec, tagged, duplicates_within=F.lit(True))
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
         spans = overlapping(spec) and OWNED[0] in seen.columns  # some ids counted in some windows only
@@ -87,13 +87,10 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     with settings_unless_configured(candidates.sparkSession, COMPILED_SQL):
         candidates = persist_uncompressed(candidates)
         stats = aggregates.one_job(read_counts(tagged), candidates.agg(
-            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"),
-            F.count_if(F.col("_seen").isNull()).alias("new")))
-    ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
+            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), *duplicate_counts()))
+    count_batch(stats, ledger)
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
-    els = candidates.where(F.col("_seen").isNull()).drop("_seen")
-    ledger.accepted = int(stats["new"])
-    ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+    els = candidates.where(F.col("_seen").isNull()).drop("_seen", DUPLICATES)
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
 
     def bad_rows(session: "SparkSession") -> None:
@@ -108,3 +105,22 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
         crash_point("quarantined")
     writes = begin_writes(spark, [seen_ids, bad_rows] if ledger.quarantined else [seen_ids])
     return Accepted(els, arrived, (candidates, tagged), writes)
+
+
+def duplicate_counts() -> list["Column"]:
+    """Aggregates over a batch's candidates (`rows.elements` with `DUPLICATES`, `_seen` true for
+    an id counted before): `new`, the events accepted; `lost`, deliveries that lost the
+    batch's own dedup; `seen`, events counted by an earlier batch or backfill."""
+    from pyspark.sql import functions as F
+
+    return [F.count_if(F.col("_seen").isNull()).alias("new"), F.sum(DUPLICATES).alias("lost"),
+            F.count_if(F.col("_seen").isNotNull()).alias("seen")]
+
+
+def count_batch(stats: Any, ledger: Ledger) -> None:
+    """The ledger's input side from one row of counts (`rows.read_counts` and
+    `duplicate_counts`): duplicates are counted (deliveries the dedup dropped, and events seen
+    before), never derived from the other counts, so `Ledger.balanced` fails when they disagree."""
+    ledger.read, ledger.quarantined = int(stats["read"]), int(stats["bad"])
+    ledger.accepted = int(stats["new"])
+    ledger.duplicates = int(stats["lost"] or 0) + int(stats["seen"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import Instant
-from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines import PipelineSpec, StageSpec, layout
 from dataflow_core.runners.schedule import Schedule
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.execute.take_over import taken_over_states
@@ -80,13 +80,13 @@ def write_stage(spark: "SparkSession", current: StageOutput, counts: StageCounts
 
     def pane_log(session: "SparkSession") -> None:
         if emitted:
-            write_panes(session, stage, panes, run_id, txn=txn(f"{stage.output}_panes"))
+            write_panes(session, stage, panes, run_id, txn=txn(layout.panes(stage)))
         crash_point(f"{stage.output}-panes")
 
     def results(session: "SparkSession") -> None:
         if stage.keeps_results and emitted:
             with settings_unless_configured(session, COMPILED_SQL):  # the results grow with history
-                write_results(session, stage, panes, run_id, txn=txn(stage.output), continues=True,
+                write_results(session, stage, panes, run_id, txn=txn(layout.results(stage)), continues=True,
                               window_end_from=counts.first_window_end)
         crash_point(f"{stage.output}-results")
 
@@ -109,7 +109,7 @@ def _taken_over(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rec
     as the first batch found them). None when there are no results to take over."""
     from pyspark.sql import functions as F
 
-    results = read_as_of(spark, stage.output, rec.versions[stage.output])
+    results = read_as_of(spark, layout.results(stage), rec.versions[layout.results(stage)])
     if results is None:
         return None
     standing = standing_panes(results, stage)
@@ -123,7 +123,7 @@ def _taken_over(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rec
                 counted = elements(spec, rows).join(seen.where("batch < 0").select("event_id"), "event_id", "left_semi")
         else:
             up = spec.stages[index - 1]
-            up_results = read_as_of(spark, up.output, rec.versions.get(up.output, -1))
+            up_results = read_as_of(spark, layout.results(up), rec.versions.get(layout.results(up), -1))
             if up_results is not None:
                 counted = elements_from_panes(standing_panes(up_results, up), up, stage)
     return taken_over_states(standing, stage.strategy, KeyCodec(stage.key_columns), watermark, elements=counted)

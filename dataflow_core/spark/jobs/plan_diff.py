@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from dataflow_core.diagram.plan_table import StageDiff, WindowChange, order
 from dataflow_core.errors import DataflowError
-from dataflow_core.pipelines import PipelineSpec, StageSpec, get
+from dataflow_core.pipelines import PipelineSpec, StageSpec, get, layout
 from dataflow_core.spark.jobs.corrections import planned_corrections
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.sinks.corrections_plan import read_plan, read_preview, write_preview
@@ -55,7 +55,7 @@ def _preview(spark: "SparkSession", stage: StageSpec, out: "DataFrame", version:
         F.count_if(~F.col("is_retraction")).cast("int").alias("preview_panes"),
         F.count_if("is_retraction").cast("int").alias("preview_retractions"))
     rows = _outer(results, panes, wid)
-    table = read_as_of(spark, stage.output, version)
+    table = read_as_of(spark, layout.results(stage), version)
     if table is None:
         return rows.withColumn("old_value", F.lit(None).cast(stage.value_type))
     old = standing_panes(table, stage).select(*wid, F.col("value").alias("old_value"))
@@ -78,7 +78,7 @@ def plan_diff(spark: "SparkSession", run_id: str, pipeline: str | None = None) -
     of another pipeline, or a plan no longer stored (decided: applied or rejected)."""
     state = plan_state(spark, run_id)
     if state is None:
-        raise DataflowError(f"no planned backfill run {run_id!r} in dataflow_runs (make one with "
+        raise DataflowError(f"no planned backfill run {run_id!r} in {layout.RUNS} (make one with "
                             "`dataflow backfill --pipeline P --start ... --end ... --plan-only`)")
     if pipeline is not None and state.run.pipeline != pipeline:
         raise DataflowError(f"run {run_id} is a plan of pipeline {state.run.pipeline!r}, not {pipeline!r}")

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import format_instant, parse_instant
-from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.sinks.batches import holder_of, read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
@@ -51,7 +51,7 @@ def planned_run(spark: "SparkSession", pipeline: str, run_id: str) -> PlanState:
     """The plan `run_id` of `pipeline` as recorded; one line when there is none."""
     state = plan_state(spark, run_id)
     if state is None:
-        raise DataflowError(f"no planned backfill run {run_id!r} in dataflow_runs (plans are made with "
+        raise DataflowError(f"no planned backfill run {run_id!r} in {layout.RUNS} (plans are made with "
                             f"`dataflow backfill --pipeline {pipeline} --start ... --end ... --plan-only`)")
     if state.run.pipeline != pipeline:
         raise DataflowError(f"run {run_id} is a plan of pipeline {state.run.pipeline!r}, not {pipeline!r}")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dataflow_core.model.windows import WindowFn
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
-    DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
+    DELIVERIES, DUPLICATES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
 )
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
@@ -26,10 +26,14 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None) -> "DataFrame":
+def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None,
+                   span: EventRange | None = None) -> "DataFrame":
     """The elements of `read_span` (in the input as of `version`, else its latest),
-    persisted (not yet computed)."""
-    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))))
+    persisted (not yet computed). With `span`, each has `DUPLICATES`: its deliveries in `span`
+    that lost the dedup (`rows.elements`)."""
+    counted = None if span is None else in_range(spec, span)
+    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version)),
+                                         duplicates_within=counted))
 
 
 @dataclass
@@ -62,20 +66,33 @@ def read_range(
     tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
     both = persist_uncompressed(elements(spec, tagged, within=in_range(spec, span)))
     element = F.col(REFUSED).isNull()
-    counts = both.agg(  # the job that computes `both`
-        F.sum(F.col(DELIVERIES)).alias("good"), F.count_if(~element).alias("bad"),
-        F.count_if(element & (F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).alias("unique"),
-    ).first()
-    ledger.quarantined, ledger.accepted = int(counts["bad"]), int(counts["unique"])
-    ledger.read = int(counts["good"] or 0) + ledger.quarantined
-    ledger.duplicates = ledger.read - ledger.quarantined - ledger.accepted
+    count_range(both, span, ledger)  # the job that computes `both`
     say(f"read {ledger.read:,} rows of {spec.input_table} in the range, {ledger.quarantined:,} quarantined "
         f"(table {quarantine_table(spec)})")
     writes = None
     if ledger.quarantined and quarantine:
         bad = both.where(~element).select(f"{REFUSED}.*")
         writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, bad, run.run_id)])
-    return RangeRead(both.where(element).drop(REFUSED, DELIVERIES), both, writes)
+    return RangeRead(both.where(element).drop(REFUSED, DELIVERIES, DUPLICATES), both, writes)
+
+
+def count_range(both: "DataFrame", span: EventRange, ledger: Ledger) -> None:
+    """The ledger's input side from `both` (`rows.elements` with `within` the range: elements
+    with `DELIVERIES` and `DUPLICATES`, refused rows in `REFUSED`), in one aggregation: rows
+    read (each delivery in the range, counted per event before the dedup), quarantined, accepted
+    (events of the range) and duplicates (deliveries that lost the dedup, counted by the dedup
+    itself). Each is counted, none derived, so `Ledger.balanced` fails when they disagree."""
+    from pyspark.sql import functions as F
+
+    element = F.col(REFUSED).isNull()
+    counts = both.agg(
+        F.sum(F.col(DELIVERIES)).alias("good"), F.count_if(~element).alias("bad"),
+        F.count_if(element & (F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).alias("unique"),
+        F.sum(F.when(element, F.col(DUPLICATES))).alias("lost"),
+    ).first()
+    ledger.quarantined, ledger.accepted = int(counts["bad"]), int(counts["unique"])
+    ledger.read = int(counts["good"] or 0) + ledger.quarantined
+    ledger.duplicates = int(counts["lost"] or 0)
 
 
 def read_margins(wfn: WindowFn) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.model.time import format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, BatchSummary, Progress, observes_pending, pending_after
-from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines import PipelineSpec, StageSpec, layout
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.execute.keyed_stage import KeyCodec, run_stage
 from dataflow_core.spark.input.rows import EventRange
@@ -97,8 +97,8 @@ def _replay(spark: "SparkSession", spec: PipelineSpec, interval: int, run: Run, 
         written = write_panes(spark, stage, panes, run.run_id)
         if stage.keeps_results:
             write_results(spark, stage, panes, run.run_id,
-                          txn=(f"dataflow:{run.pipeline}:{stage.output}:{run.run_id}", 0))
+                          txn=(f"dataflow:{run.pipeline}:{layout.results(stage)}:{run.run_id}", 0))
         say(f"stage {stage.output}: {counts.panes:,} panes and {counts.retractions:,} retractions "
-            f"({written:,} new in {stage.output}_panes)")
+            f"({written:,} new in {layout.panes(stage)})")
 
     run_chain(spec, arrivals, schedule, run_one, write, ledger)

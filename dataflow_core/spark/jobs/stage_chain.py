@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
+from dataflow_core.model.pane_codec import REPLACES
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.runners.keyed import carried_hold_spans
@@ -47,7 +48,7 @@ class StageCounts:
     retractions: int
     elements: int
     dropped_elements: int
-    first_window_end: Instant | None  # the earliest window a pane of this stage closes
+    first_window_end: Instant | None  # the earliest window a pane of this stage closes or declares merged away
 
 
 RunStage = Callable[[StageSpec, "DataFrame | None", Schedule, bool], StageOutput]
@@ -104,7 +105,7 @@ def count(current: StageOutput) -> StageCounts:
     idle = [] if current.idle is None else [current.idle]
     found = aggregates.one_job(current.out.agg(
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
-        F.min(F.when(pane, F.col("window_end"))).alias("end"),
+        F.min(F.when(pane, F.least("window_end", F.array_min(f"{REPLACES}.window_end")))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped_elements"))).alias("d"),
         F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
     ), *idle)

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.pipelines import layout
 from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.delta import append_control_rows
 from dataflow_core.spark.platform.tables import table_path
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
     from deltalake import DeltaTable
     from pyspark.sql import SparkSession
 
-BATCHES_TABLE = "dataflow_batches"
+BATCHES_TABLE = layout.BATCHES
 BATCHES_SCHEMA = (
     "pipeline string, batch bigint, stream_batch bigint, now_ms bigint, now timestamp, status string, "
     "recorded_at timestamp, versions string, watermarks string, estimator_state string, ledger string, "

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines import layout
 from dataflow_core.spark.execute.corrections import CORRECTION_COLUMNS
 from dataflow_core.spark.platform.delta import append_rows
 from dataflow_core.spark.platform.tables import read_table, table_exists
@@ -68,7 +69,7 @@ class Plan:
 
 
 def plan_table(stage: StageSpec) -> str:
-    return f"{stage.output}__corrections"
+    return layout.plan(stage)
 
 
 def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | None:

@@ -16,6 +16,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.state_codec import READABLE_VERSIONS, STATE_VERSION
 from dataflow_core.model.time import END_OF_TIME, Instant, is_due
 from dataflow_core.pipelines import StageSpec
+from dataflow_core.pipelines import layout
 from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.delta import Txn, merge_rows, read_as_of
 from dataflow_core.spark.platform.tables import snapshot_identity, table_exists, table_path
@@ -27,7 +28,7 @@ WAKE_COLUMNS = ("wake_timer", "wake_watermark")
 
 
 def state_table(stage: StageSpec) -> str:
-    return f"{stage.output}__state"
+    return layout.state(stage)
 
 
 def read_states(spark: "SparkSession", stage: StageSpec, version: int) -> "DataFrame | None":

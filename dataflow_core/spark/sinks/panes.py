@@ -1,5 +1,9 @@
 """`<output>_panes`, a stage's pane log: every pane and retraction, append-only.
 
+A pane of a merged window (sessions) names in `replaces` the windows it absorbed that had
+emitted (`Pane.replaces`): they no longer exist, and the results (and the results gate) drop
+them, whatever the accumulation mode.
+
 Each pane has a deterministic `pane_id` (stage, key, window, index, retraction, emission
 time). A micro-batch, and a batch backfill's corrections, append under their idempotent key
 (a retry or a resumed run appends nothing twice); an arrival-order replay, which may be
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.pane_codec import REPLACES
+from dataflow_core.pipelines import layout
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.platform.delta import Txn, append_rows, merge_rows
 
@@ -20,12 +26,12 @@ if TYPE_CHECKING:
 
 PANE_COLUMNS = (
     "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
-    "is_first", "is_last", "is_retraction", "emitted_at", "run_id", "pane_id",
+    "is_first", "is_last", "is_retraction", "emitted_at", "run_id", "pane_id", REPLACES,
 )
 
 
 def panes_table(stage: StageSpec) -> str:
-    return f"{stage.output}_panes"
+    return layout.panes(stage)
 
 
 def ms_to_timestamp(column: str) -> "Column":
@@ -60,7 +66,22 @@ def pane_rows(stage: StageSpec, panes: "DataFrame", run_id: str) -> "DataFrame":
         ms_to_timestamp("emitted_at").alias("emitted_at"),
         F.lit(run_id).alias("run_id"),
         pane_id(stage).alias("pane_id"),
+        replaced_windows(panes).alias(REPLACES),
     )
+
+
+def replaced_windows(panes: "DataFrame") -> "Column":
+    """A runner pane's `REPLACES` (the windows its window absorbed, `Pane.replaces`) with the
+    pane log's timestamps for bounds; null for a pane that replaces nothing, or a frame
+    without the column."""
+    from pyspark.sql import functions as F
+
+    bounds = "array<struct<window_start: timestamp, window_end: timestamp>>"
+    if REPLACES not in panes.columns:
+        return F.lit(None).cast(bounds)
+    return F.transform(REPLACES, lambda w: F.struct(
+        F.timestamp_millis(w["window_start"]).alias("window_start"),
+        F.timestamp_millis(w["window_end"]).alias("window_end")))
 
 
 def write_panes(spark: "SparkSession", stage: StageSpec, panes: "DataFrame", run_id: str,

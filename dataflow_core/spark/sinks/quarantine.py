@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.pipelines import layout
 from dataflow_core.pipelines.spec import PipelineSpec
 from dataflow_core.spark.input.rows import REASON
 from dataflow_core.spark.platform.delta import Txn, append_rows, merge_rows
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def quarantine_table(spec: PipelineSpec) -> str:
-    return f"{spec.name}__quarantine"
+    return layout.quarantine(spec)
 
 
 def write_quarantine(

@@ -5,7 +5,10 @@ One sink for every mode and path. A batch of panes leaves, per window, its last 
 metadata; the value is that pane's (accumulating and retracting stages) or, for discarding
 panes, the merge of the batch's pane values by the combiner's declared `output_merge`, and
 a batch that continues earlier ones (micro-batches) merges it with the value already there.
-A last pane that is a retraction (a session merged away) deletes the row.
+A last pane that is a retraction deletes the row, and so does a window that a pane of its
+key declares merged away (`Pane.replaces`: a session absorbed by another), in every
+accumulation mode: the table holds the current windows only, while the pane log keeps the
+history the mode emits (`output_merge.with_merged_away`).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dataflow_core.model.pane_codec import standing_flags
+from dataflow_core.pipelines import layout
 from dataflow_core.pipelines.spec import StageSpec
 from dataflow_core.spark.execute.output_merge import discarding_merge, merge_pair, window_totals
 from dataflow_core.spark.platform.delta import Txn, merge_rows
@@ -72,12 +76,13 @@ def write_results(
                       "`timestamp`": f"{ts_merge}(t.timestamp, s.timestamp)"}
     keys = [*stage.key_columns, "window_start", "window_end"]
     prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
-    return merge_rows(spark, stage.output, rows, keys, delete=True, update=True, txn=txn,
+    return merge_rows(spark, layout.results(stage), rows, keys, delete=True, update=True, txn=txn,
                       target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS)
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
-    return read_table(spark, stage.output) if table_exists(spark, stage.output) else None
+    name = layout.results(stage)
+    return read_table(spark, name) if table_exists(spark, name) else None
 
 
 def standing_panes(results: "DataFrame", stage: StageSpec) -> "DataFrame":

@@ -22,13 +22,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dataflow_core.model.time import END_OF_TIME, Instant
+from dataflow_core.pipelines import layout
 from dataflow_core.spark.platform import driver_delta
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-RUNS_TABLE = "dataflow_runs"
-WATERMARKS_TABLE = "dataflow_watermarks"
+RUNS_TABLE = layout.RUNS
+WATERMARKS_TABLE = layout.WATERMARKS
 RUNS_SCHEMA = (
     "run_id string, pipeline string, command string, args string, now timestamp, "
     "status string, recorded_at timestamp, ledger string, reason string, decided_by string, versions string"

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from dataflow_core.model.time import Instant, parse_duration
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME
 from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.pipelines import layout
 from dataflow_core.spark.platform.delta import Txn, add_columns, append_rows, merge_rows
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import records
@@ -71,7 +72,7 @@ def with_owned_span(spec: PipelineSpec, els: "DataFrame", start: Instant, end: I
 
 
 def seen_table(spec: PipelineSpec) -> str:
-    return f"{spec.name}__seen_ids"
+    return layout.seen_ids(spec)
 
 
 def horizon(spec: PipelineSpec, watermark: Instant) -> Instant | None:
