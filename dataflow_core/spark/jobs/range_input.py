@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
     DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
@@ -25,10 +26,11 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
-def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None) -> "DataFrame":
-    """The elements of `read_span` (in the input as of `version`, else its latest),
-    persisted (not yet computed)."""
-    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version))))
+def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None,
+                   at: ProcessingTime | None = None) -> "DataFrame":
+    """The elements of `read_span` (in the input as of `version`, else its latest; rows
+    future-dated at processing time `at` refused), persisted (not yet computed)."""
+    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version), at)))
 
 
 @dataclass
@@ -52,13 +54,13 @@ def read_range(
     version: int | None = None, quarantine: bool = True,
 ) -> RangeRead:
     """The elements of `read_span` (a widening of `span`; in the input as of `version`, else
-    its latest). The rows of `span` fill in the ledger (read, quarantined, accepted,
+    its latest; rows future-dated at the run's processing time refused). The rows of `span` fill in the ledger (read, quarantined, accepted,
     duplicates), and its bad rows are quarantined (unless `quarantine` is false: a plan
     writes nothing but itself), in the background: the caller waits for that write
     (`RangeRead.wait`) before it unpersists the cache."""
     from pyspark.sql import functions as F
 
-    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
+    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version), ProcessingTime(run.now))
     both = persist_uncompressed(elements(spec, tagged, within=in_range(spec, span)))
     element = F.col(REFUSED).isNull()
     counts = both.agg(  # the job that computes `both`
