@@ -160,8 +160,8 @@ def first_deliveries(rows: Sequence[T], event_id: Callable[[T], Any], ingest: Ca
                      refused: Callable[[T], bool] = lambda _r: False) -> list[str]:
     """Per row: "quarantined" (refused), "duplicate" (a delivery of an event id whose first
     accepted delivery, in `DELIVERY_ORDER`, is another row) or "accepted"."""
-    order = sorted(range(len(rows)), key=lambda i: (_last(ingest(rows[i])), _last(event(rows[i])),
-                                                     _last(content(rows[i]))))
+    order = sorted(range(len(rows)), key=lambda i: (_nulls_first(ingest(rows[i])), _nulls_first(event(rows[i])),
+                                                     _nulls_first(content(rows[i]))))
     seen: set[Any] = set()
     kinds = [""] * len(rows)
     for i in order:
@@ -175,10 +175,10 @@ def first_deliveries(rows: Sequence[T], event_id: Callable[[T], Any], ingest: Ca
     return kinds
 
 
-def _last(value: Any) -> tuple[bool, Any]:
-    """Sorts nulls last, as a Spark window's ascending order does not (it puts them first):
-    rows with a null time are refused anyway, so only their place among refused rows moves."""
-    return (value is None, value if value is not None else 0)
+def _nulls_first(value: Any) -> tuple[bool, Any]:
+    """Sorts nulls first, as an ascending Spark window does (a row with a null time is
+    refused anyway)."""
+    return (value is not None, value if value is not None else 0)
 
 
 def names(rules: Iterable[InputRule]) -> tuple[str, ...]:

@@ -194,18 +194,33 @@ def in_range(spec: PipelineSpec, span: EventRange) -> "Column":
 
 def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None = None) -> "DataFrame":
     """`rows` with their fields (`with_fields`) plus `_dataflow_failed`: the reasons of the
-    rules each row breaks: the pipeline's own suite's, then the input rules'
-    (`rule_predicates`; future-dated rows only when the processing time `at` is known)."""
+    rules each row breaks (`row_rules`)."""
     rows = with_fields(spec, rows)
-    rules: list[tuple["Column", "Column"]] = []
+    return rows.withColumn(_TAGS, broken([(ok, reason) for _, ok, reason in row_rules(spec, rows, at)]))
+
+
+def row_rules(spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None = None) -> list[tuple[str, "Column", "Column"]]:
+    """(name, passes, reason) of every rule a row of the pipeline must pass: its own input
+    suite's (`quality_suite`), then the model's input rules (`rule_predicates`; future-dated
+    rows only when the processing time `at` is known). A suite rule named like one of the
+    model's is part of it (a row breaking either is refused once, under that name)."""
+    model = rule_predicates(spec, rows, at)
+    extra: dict[str, "Column"] = {}
+    out: list[tuple[str, "Column", "Column"]] = []
     if spec.quality_suite:
         from dataflow_core.spark.input.expectations import load_rules
 
         suite = load_rules(spec.quality_suite)
         suite.check_columns(input_columns(rows))
-        rules += [(rule.passes(), _lit(rule.name)) for rule in suite.rules]
-    rules += [(ok, reason) for _, ok, reason in rule_predicates(spec, rows, at)]
-    return rows.withColumn(_TAGS, broken(rules))
+        names = {rule.name for rule, _, _ in model}
+        for rule in suite.rules:
+            if rule.name in names:
+                extra[rule.name] = rule.passes()
+            else:
+                out.append((rule.name, rule.passes(), _lit(rule.name)))
+    for rule, ok, reason in model:
+        out.append((rule.name, ok & extra[rule.name] if rule.name in extra else ok, reason))
+    return out
 
 
 def broken(rules: "list[tuple[Column, Column]]") -> "Column":
