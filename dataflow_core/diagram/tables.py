@@ -2,8 +2,8 @@
 
 Three tables describe a run of one pipeline stage:
 
-- its input: the pipeline's input table (stage 0) with `event_time`, `ingest_time` and the
-  key columns, or the upstream stage's pane log (later stages: a pane's `timestamp` is the
+- its input: the pipeline's input table (stage 0), read through the pipeline's own key,
+  time and id expressions (`model.input_rules`), or the upstream stage's pane log (later stages: a pane's `timestamp` is the
   element's event time and its `emitted_at` the arrival);
 - its pane log `<output>_panes`: key columns, `window_start`, `window_end` (null for the
   global window), `value`, `timestamp`, `timing`, `pane_index`, `on_time_index`,
@@ -278,7 +278,7 @@ def read_history(
     marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
     marks = marks.select("run_id", "step", _ms("processing_time"), _ms("watermark"))
     return history_from_frames(
-        elements=elements.toPandas(),
+        elements=elements,
         panes=panes.toPandas(),
         watermarks=marks.toPandas(),
         key=key,
@@ -298,17 +298,42 @@ def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[st
     from pyspark.sql import functions as F
 
     if index == 0:
-        source = _table(spark, spec.input_table, pipeline)
-        _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
-        elements = _keyed(source, key).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
-        return elements.select(*key, _ms("event_time"), _ms("ingest_time")), {}
+        return _input_rows(spark, spec, pipeline, key, lo, hi), {}
     upstream = f"{spec.stages[index - 1].output}_panes"
     source = _table(spark, upstream, pipeline)
     _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
     elements = _keyed(source, key).filter(~F.col("is_retraction"))
     elements = elements.filter((F.col("timestamp") >= F.lit(lo)) & (F.col("timestamp") < F.lit(hi)))
-    elements = elements.select(*key, _ms("timestamp"), _ms("emitted_at"), "value")
+    elements = elements.select(*key, _ms("timestamp"), _ms("emitted_at"), "value").toPandas()
     return elements, {"element_time": "timestamp", "element_arrival": "emitted_at", "element_value": "value"}
+
+
+def _input_rows(spark: Any, spec: Any, pipeline: str, key: dict[str, str], lo: Any, hi: Any) -> Any:
+    """The key's input rows of event time [lo, hi) as the runners see them: the pipeline's
+    own key, time and id expressions and rules (`spark.input.rows`), each row with what
+    became of it (`element_kind`: accepted, duplicate or quarantined, as the explorer and
+    the model's `first_deliveries` tell them)."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.model.input_rules import first_deliveries, input_of
+    from dataflow_core.spark.input.rows import field_value, refused, tag_rows
+
+    desc = input_of(spec)
+    rows = _table(spark, spec.input_table, pipeline)
+    if getattr(spec, "where", None):
+        rows = rows.where(F.expr(spec.where))
+    tagged = tag_rows(spark, spec, rows)
+    event, ingest = field_value(desc.event_time), field_value(desc.ingest_time)
+    lo_ms, hi_ms = (int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) for t in (lo, hi))
+    for f in desc.key:
+        tagged = tagged.filter(field_value(f).cast("string") == F.lit(key[f.column]))
+    frame = tagged.filter((event >= F.lit(lo_ms)) & (event < F.lit(hi_ms))).select(
+        *[field_value(f).alias(f.column) for f in desc.key], event.alias("event_time"), ingest.alias("ingest_time"),
+        field_value(desc.event_id).alias("event_id"), refused().alias("refused")).toPandas()
+    records = frame.to_dict("records")
+    frame["element_kind"] = first_deliveries(records, lambda r: r["event_id"], lambda r: _plain(r["ingest_time"]),
+                                             lambda r: _plain(r["event_time"]), refused=lambda r: bool(r["refused"]))
+    return frame
 
 
 def _ms(column: str) -> Any:
@@ -326,9 +351,10 @@ def _keyed(df: Any, key: dict[str, str]) -> Any:
 
 
 def _table(spark: Any, name: str, pipeline: str) -> Any:
-    from pyspark.sql.utils import AnalysisException
+    """The warehouse's table `name` (found under the warehouse root, as every command reads
+    it: a fresh session's catalog knows none)."""
+    from dataflow_core.spark.platform.tables import read_table, table_exists
 
-    try:
-        return spark.table(name)
-    except AnalysisException:
-        raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)") from None
+    if not table_exists(spark, name):
+        raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)")
+    return read_table(spark, name)

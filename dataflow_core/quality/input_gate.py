@@ -113,9 +113,10 @@ def gate_input(
     frame = input_frame(spark, spec, start, end, at).persist()
     try:
         n = frame.count()
-        report = validate_dataframe(frame.select(*input_columns(frame), *[c for c in frame.columns if c.startswith("dataflow_")]),
-                                    rules, docs_dir=docs_dir_of(spark, docs_dir), run_name=f"{run_id}:input:{spec.name}")
-        bad = quarantined(frame).persist()
+        derived = [c for c in frame.columns if c.startswith("dataflow_")]
+        report = validate_dataframe(frame.select(*input_columns(frame), *derived), rules,
+                                    docs_dir=docs_dir_of(spark, docs_dir), run_name=f"{run_id}:input:{spec.name}")
+        bad = quarantined(frame.drop(*derived)).persist()  # the input's columns: the backfill's row ids
         quarantined_rows = bad.count()
         if quarantined_rows:
             write_quarantine(spark, spec, bad, run_id)

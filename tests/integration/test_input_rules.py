@@ -63,7 +63,12 @@ def reasons(spark, spec: PipelineSpec) -> dict[str, str]:
 
 
 def sums(spark, spec: PipelineSpec) -> dict[str, Decimal]:
-    return {r["shop"]: r["value"] for r in read_table(spark, spec.stages[0].output).collect()}
+    """The first stage's results per key, over all its windows."""
+    [key] = spec.stages[0].key_columns
+    out: dict[str, Decimal] = {}
+    for r in read_table(spark, spec.stages[0].output).collect():
+        out[r[key]] = out.get(r[key], 0) + r["value"]
+    return out
 
 
 T = DAY0 + 3 * M
@@ -134,8 +139,9 @@ def test_a_micro_batch_quarantines_poison_and_future_rows_and_its_watermark_stay
     [batch] = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}' AND status = 'finished'").collect()
     marks = json.loads(batch["watermarks"])
     assert marks and all(wm <= now for wm in marks.values()), marks
-    # the good rows count: a later batch past the windows' end gives their sums
-    run_microbatch(spark, spec.name, now=format_instant(DAY0 + 60 * M))
+    # the good rows count: a later row moves the watermark past their window, which fires
+    write_orders(spark, spec.input_table, [("later", "shop/9", 1.0, DAY0 + 23 * M, DAY0 + 23 * M + 1000)], "append")
+    assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 25 * M)).ledger_ok
     assert sums(spark, spec) == {"7": Decimal("3.750"), "8": Decimal("4.000")}
 
 
@@ -163,7 +169,7 @@ def test_the_input_gate_and_a_backfill_refuse_the_same_rows_at_the_skew_limit(sp
     result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
     assert result.ledger["quarantined"] == 1 and result.ledger["accepted"] == 4
     assert read_table(spark, f"{spec.name}__quarantine").count() == 1, "the backfill refused the gate's row, no other"
-    assert sums(spark, spec) == {"7": Decimal("14.000")}  # at, half, under and g; past moves to ingest time, refused
+    assert sums(spark, spec) == {"7": Decimal("14.000")}  # at, half, under and g; past is refused
 
 
 def test_tied_deliveries_pick_the_same_first_one_whatever_the_order_rows_are_read_in(spark):
@@ -182,3 +188,64 @@ def test_tied_deliveries_pick_the_same_first_one_whatever_the_order_rows_are_rea
         [el] = elements(spec, tag_rows(spark, spec, df, ProcessingTime(T + M))).collect()
         picked.add(el["value"])
     assert len(picked) == 1
+
+
+# --- the explorer and `dataflow diagram --pipeline` on a pipeline of its own columns --------------------
+
+
+def shop_orders(name: str) -> PipelineSpec:
+    """docs/write-your-own-pipeline.md's orders: `order_id`, `country`, `amount decimal(10,2)`,
+    `ordered_at`, `received_at`, keyed by an expression."""
+    return register(PipelineSpec(
+        name=name, input_table=f"{name}_in", key={"region": "upper(country)"}, value="amount",
+        event_time="ordered_at", ingest_time="received_at", event_id="order_id", max_skew=SKEW,
+        watermark=lambda: HeuristicWatermark(bound=M),
+        stages=(StageSpec(f"{name}_sum", WindowingStrategy(
+            FixedWindows(10 * M), AfterWatermark(), AccumulationMode.ACCUMULATING, parse_duration("1h"), SumFn()),
+            value_type="decimal(20,2)"),),
+    ))
+
+
+def write_shop_orders(spark, spec: PipelineSpec) -> None:
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.tables import write_table
+
+    rows = [("o1", "de", Decimal("10.25"), T, T + 1000), ("o1", "de", Decimal("10.25"), T, T + 5000),  # a duplicate
+            ("o2", "de", Decimal("1.10"), T + M, T + M + 1000), ("o3", "fr", Decimal("3.00"), T, T + 1000),
+            ("o4", "de", None, T, T + 1000)]  # no amount: value_invalid
+    df = spark.createDataFrame(rows, "order_id string, country string, amount decimal(10,2), e bigint, i bigint")
+    write_table(spark, df.select("order_id", "country", "amount", F.timestamp_millis("e").alias("ordered_at"),
+                                 F.timestamp_millis("i").alias("received_at")), spec.input_table)
+
+
+def test_the_explorer_reads_a_pipeline_of_its_own_columns_and_a_key_expression(spark, warehouse):
+    from dataflow_core.airflow.plugin.explorer import key_view, search_keys
+
+    spec = shop_orders(f"t_shop_{next(_names)}")
+    write_shop_orders(spark, spec)
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    assert sums(spark, spec) == {"DE": Decimal("11.35"), "FR": Decimal("3.00")}
+    assert [k["key"] for k in search_keys(spec, None, "", warehouse=str(warehouse))] == ["DE", "FR"]
+    view = key_view(spec.name, None, "DE", warehouse=str(warehouse))
+    assert view.counts["read"] == 4 and view.counts["accepted"] == 2
+    assert view.counts["duplicates"] == 1 and view.counts["quarantined"] == 1
+    assert view.counts["panes"] == 1 and [str(r["value"]) for r in view.results] == ["11.35"]
+
+
+def test_dataflow_diagram_from_tables_reads_the_warehouse_and_the_pipelines_own_columns(spark, warehouse, tmp_path,
+                                                                                        capsys):
+    from dataflow_core.cli import main as cli
+
+    spec = shop_orders(f"t_shop_diagram_{next(_names)}")
+    write_shop_orders(spark, spec)
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    for table in (spec.input_table, f"{spec.stages[0].output}_panes", "dataflow_watermarks"):
+        spark.sql(f"DROP TABLE IF EXISTS `{table}`")  # as a fresh command finds them: in the warehouse only
+    out = tmp_path / "de.svg"
+    rc = cli(["diagram", "--pipeline", spec.name, "--key", "DE", "--from", "2024-05-01T00:00:00Z",
+              "--to", "2024-05-01T01:00:00Z", "-o", str(out), "--warehouse", str(warehouse)])
+    err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "(1 key(s), 4 elements, 1 panes, 0 retractions)" in err
+    assert out.read_text().count("<svg") == 1

@@ -3,6 +3,12 @@
 Every row read ends up in exactly one place: quarantined (with its reasons), a duplicate
 delivery of an event already accepted, or an accepted element. The columns of an element
 are the first stage's key columns, `value`, `event_ms`, `ingest_ms` and `event_id`.
+
+What a row must pass, and which delivery counts, is declared in `model.input_rules`; this
+module renders it in Spark (the input gate uses the same rendering). Each of the pipeline's
+expressions is evaluated once per row, guarded (`guarded`): a row it fails on (an ANSI
+overflow such as `CAST(1e20 AS DECIMAL(18,3))`, a malformed cast, an index out of bounds) is
+quarantined as `value_invalid` with the expression named, and the rest of its batch counts.
 """
 
 from __future__ import annotations
@@ -322,6 +328,13 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
         kept = (F.col("_delivery") == 1) | F.col("_refused")
     first = F.row_number().over(event)
     return rows.withColumn("_delivery", first).where(kept).drop("_delivery", "_within", "_refused", _CONTENT)
+
+
+def refused() -> "Column":
+    """Whether a tagged row (`tag_rows`) breaks a rule."""
+    from pyspark.sql import functions as F
+
+    return F.size(_TAGS) > 0
 
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":
