@@ -316,13 +316,10 @@ def _input_rows(spark: Any, spec: Any, pipeline: str, key: dict[str, str], lo: A
     from pyspark.sql import functions as F
 
     from dataflow_core.model.input_rules import first_deliveries, input_of
-    from dataflow_core.spark.input.rows import field_value, refused, tag_rows
+    from dataflow_core.spark.input.rows import field_value, refused, selected, tag_rows
 
     desc = input_of(spec)
-    rows = _table(spark, spec.input_table, pipeline)
-    if getattr(spec, "where", None):
-        rows = rows.where(F.expr(spec.where))
-    tagged = tag_rows(spark, spec, rows)
+    tagged = tag_rows(spark, spec, selected(spec, _table(spark, spec.input_table, pipeline)))
     event, ingest = field_value(desc.event_time), field_value(desc.ingest_time)
     lo_ms, hi_ms = (int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) for t in (lo, hi))
     for f in desc.key:

@@ -95,6 +95,13 @@ class InputDescription:
         return (*self.key, self.value, self.event_time, self.ingest_time, self.event_id)
 
     @property
+    def evaluated(self) -> tuple[Field, ...]:
+        """Every expression evaluated on an input row: the fields, and `where` (the rows
+        that are input at all), when given. A row any of them fails on is `value_invalid`."""
+        where = (Field("where", self.where, "where"),) if self.where else ()
+        return (*self.fields, *where)
+
+    @property
     def key_columns(self) -> tuple[str, ...]:
         return tuple(f.column for f in self.key)
 

@@ -29,6 +29,7 @@ SKEW = 30 * M
 YEAR_2099 = 4_070_908_800_000
 YEAR_10000 = 253_402_300_800_000  # 10000-01-01: past what Python's datetime can hold
 SCHEMA = "order_id string, shop_path string, w double, e bigint, i bigint"
+WHERE = "order_id <> 'badwhere' OR CAST(shop_path AS INT) > 0"  # fails on the row 'badwhere' only
 
 
 def orders_pipeline(name: str, value: str = "CAST(w AS DECIMAL(18,3))", value_type="decimal(28,3)") -> PipelineSpec:
@@ -36,7 +37,7 @@ def orders_pipeline(name: str, value: str = "CAST(w AS DECIMAL(18,3))", value_ty
     malformed path (ANSI `element_at` out of bounds), the value billing's decimal cast."""
     return register(PipelineSpec(
         name=name, input_table=f"{name}_in", key={"shop": "element_at(split(shop_path, '/'), 2)"},
-        value=value, event_time="ordered_at", ingest_time="received_at", event_id="order_id",
+        value=value, where=WHERE, event_time="ordered_at", ingest_time="received_at", event_id="order_id",
         max_skew=SKEW, watermark=lambda: HeuristicWatermark(bound=M),
         stages=(StageSpec(f"{name}_sum", WindowingStrategy(
             FixedWindows(10 * M), AfterWatermark(), AccumulationMode.ACCUMULATING, parse_duration("1h"), SumFn()),
@@ -79,6 +80,7 @@ POISON = [
     ("nan", "shop/7", float("nan"), T, T + 1000),
     ("inf", "shop/7", float("inf"), T, T + 1000),
     ("badkey", "broken", 1.0, T, T + 1000),  # element_at(..., 2) out of bounds
+    ("badwhere", "shop/7", 1.0, T, T + 1000),  # the pipeline's `where` fails on it
 ]
 FUTURE = [
     ("in2099", "shop/7", 1.0, T, YEAR_2099),  # ingest time in 2099
@@ -88,11 +90,12 @@ FUTURE = [
 
 
 def check_poison(got: dict[str, str]) -> None:
-    assert set(got) >= {"huge", "big", "nan", "inf", "badkey"}
-    for order_id in ("huge", "big", "badkey"):
+    assert set(got) >= {"huge", "big", "nan", "inf", "badkey", "badwhere"}
+    for order_id in ("huge", "big", "badkey", "badwhere"):
         assert got[order_id].startswith("value_invalid: ") and "fails on this row" in got[order_id], got[order_id]
     assert "value (CAST(w AS DECIMAL(18,3))) fails" in got["huge"]
     assert "key shop (element_at(split(shop_path, '/'), 2)) fails" in got["badkey"]
+    assert got["badwhere"] == f"value_invalid: where ({WHERE}) fails on this row"
     assert got["nan"] in ("value_invalid", "value_invalid: value is NaN")  # Spark casts NaN to a null decimal
     assert got["inf"] in ("value_invalid", "value_invalid: value is infinite")
 

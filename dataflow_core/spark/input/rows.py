@@ -92,12 +92,12 @@ def _field_expression(f: Field) -> "Column":
 
 
 def with_fields(spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
-    """`rows` plus, per field of the input (`model.input_rules`), its guarded value (a
-    struct, null where the expression fails on the row): every later rule and element
-    column reads these, so no expression of the pipeline is evaluated unguarded. A no-op on
-    rows that have them."""
+    """`rows` plus, per expression of the input (`model.input_rules`: the fields and
+    `where`), its guarded value (a struct, null where the expression fails on the row):
+    every later rule and element column reads these, so no expression of the pipeline is
+    evaluated unguarded. A no-op on rows that have them."""
     desc = input_of(spec)
-    missing = [f for f in desc.fields if _field_column(f) not in rows.columns]
+    missing = [f for f in desc.evaluated if _field_column(f) not in rows.columns]
     if not missing:
         return rows
     from pyspark.errors import AnalysisException
@@ -108,6 +108,19 @@ def with_fields(spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
         first = str(exc).strip().splitlines()[0]
         raise DataflowError(f"pipeline {spec.name!r}: its settings do not fit input table {spec.input_table}: "
                             f"{first}") from None
+
+
+def selected(spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
+    """The rows that are the pipeline's input (its `where`), with their fields
+    (`with_fields`). A row `where` fails on is kept: it is quarantined (`value_invalid`),
+    neither dropped unseen nor fatal."""
+    from pyspark.sql import functions as F
+
+    rows = with_fields(spec, rows)
+    where = next((f for f in input_of(spec).evaluated if f.role == "where"), None)
+    if where is None:
+        return rows
+    return rows.where(_failed(where) | F.coalesce(field_value(where), F.lit(False)))
 
 
 def field_value(f: Field) -> "Column":
@@ -147,8 +160,8 @@ def _render(desc: InputDescription, rule: InputRule, rows: "DataFrame") -> tuple
         ok = (event.isNull() | (event <= limit)) & (ingest.isNull() | (ingest <= limit))
     else:
         value = field_value(desc.value)
-        details = [F.when(_failed(f), F.lit(f"{f.label} fails on this row")) for f in desc.fields]
-        ok = functools.reduce(lambda a, b: a & b, [~_failed(f) for f in desc.fields]) & value.isNotNull()
+        details = [F.when(_failed(f), F.lit(f"{f.label} fails on this row")) for f in desc.evaluated]
+        ok = functools.reduce(lambda a, b: a & b, [~_failed(f) for f in desc.evaluated]) & value.isNotNull()
         value_type = rows.schema[_field_column(desc.value)].dataType.fields[0].dataType.typeName()
         if value_type in ("double", "float"):
             infinite = F.abs(value) == F.lit(float("inf"))
@@ -164,7 +177,7 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, versi
     """The input rows of `span` that the pipeline takes (its `where`), reading only the
     partitions that can hold them: the span's dates, plus dates after tomorrow, which only
     rows with broken clocks can be in. `version`: the input as of that version, not the latest.
-    The rows come with their fields (`with_fields`)."""
+    The rows come with their fields (`selected`)."""
     from pyspark.sql import functions as F
 
     from dataflow_core.spark.platform.delta import read_as_of
@@ -175,15 +188,12 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, versi
     missing = [c for c in (spec.partition_column,) if c and c not in df.columns]
     if missing:
         raise DataflowError(f"pipeline {spec.name!r}: input table {spec.input_table} has no column {missing[0]!r}")
-    if spec.where:
-        df = df.where(F.expr(spec.where))
     if spec.partition_column:
         first = F.to_date(F.timestamp_millis(F.lit(span.start)))
         last = F.to_date(F.timestamp_millis(F.lit(span.end)))
         part = F.col(spec.partition_column)
         df = df.where(part.between(first, last) | (part > F.date_add(F.current_date(), 1)))
-    df = with_fields(spec, df)
-    return df.where(in_range(spec, span))
+    return selected(spec, df).where(in_range(spec, span))
 
 
 def in_range(spec: PipelineSpec, span: EventRange) -> "Column":

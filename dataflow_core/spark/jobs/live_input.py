@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import elements, quarantined, read_counts, tag_rows
+from dataflow_core.spark.input.rows import elements, quarantined, read_counts, selected, tag_rows
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -70,9 +70,7 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     if rows is None:
         crash_point("deduplicated")
         return Accepted(None, ())
-    if spec.where:
-        rows = rows.where(F.expr(spec.where))
-    tagged = persist_uncompressed(tag_rows(spark, spec, rows, ProcessingTime(rec.now)))
+    tagged = persist_uncompressed(tag_rows(spark, spec, selected(spec, rows), ProcessingTime(rec.now)))
     candidates = elements(spec, tagged)
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
