@@ -274,13 +274,10 @@ def read_history(
         "on_time_index", "is_first", "is_last", "is_retraction", _ms("emitted_at"), "run_id",
     )
     stage_names = {str(index), str(getattr(st, "name", "") or ""), str(st.output)} - {""}
-    marks = _table(spark, WATERMARK_TABLE, pipeline)
-    marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
-    marks = marks.select("run_id", "step", _ms("processing_time"), _ms("watermark"))
     return history_from_frames(
         elements=elements,
         panes=panes.toPandas(),
-        watermarks=marks.toPandas(),
+        watermarks=_watermark_steps(spark, pipeline, stage_names),
         key=key,
         event_from=event_from,
         event_to=event_to,
@@ -289,6 +286,21 @@ def read_history(
         subtitle=f"key {key_label(key)}, event time {format_instant(event_from)} to {format_instant(event_to)}",
         **element_args,
     )
+
+
+def _watermark_steps(spark: Any, pipeline: str, stage_names: set[str]) -> Any:
+    """The stage's recorded watermark steps; none while no replay has recorded any (a
+    pipeline run only by batch backfills and micro-batches has no such table)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.tables import table_exists
+
+    if not table_exists(spark, WATERMARK_TABLE):
+        return pd.DataFrame({"run_id": [], "step": [], "processing_time": [], "watermark": []})
+    marks = _table(spark, WATERMARK_TABLE, pipeline)
+    marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
+    return marks.select("run_id", "step", _ms("processing_time"), _ms("watermark")).toPandas()
 
 
 def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[str, str], lo: Any,
