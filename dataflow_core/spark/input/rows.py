@@ -70,7 +70,10 @@ def guarded(spark: "SparkSession", expression: "Column") -> "Column":
     from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    jvm = spark._jvm  # type: ignore[attr-defined]
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        raise DataflowError("the input rules evaluate each row under Spark's TryEval, which needs a classic Spark "
+                            "session (not Spark Connect): unset SPARK_REMOTE")
     utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
     attempt = jvm.org.apache.spark.sql.catalyst.expressions.TryEval(utils.expression(F.struct(expression.alias("v"))._jc))
     return Column(utils.column(attempt))
