@@ -104,7 +104,7 @@ def gate_input(
     import time
 
     from dataflow_core.model.input_rules import ProcessingTime
-    from dataflow_core.spark.input.rows import input_columns, quarantined
+    from dataflow_core.spark.input.rows import explained, input_columns, quarantined
     from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 
     spec = spec_of(pipeline)
@@ -116,7 +116,7 @@ def gate_input(
         derived = [c for c in frame.columns if c.startswith("dataflow_")]
         report = validate_dataframe(frame.select(*input_columns(frame), *derived), rules,
                                     docs_dir=docs_dir_of(spark, docs_dir), run_name=f"{run_id}:input:{spec.name}")
-        bad = quarantined(frame.drop(*derived)).persist()  # the input's columns: the backfill's row ids
+        bad = explained(spec, quarantined(frame.drop(*derived))).persist()  # the input's columns: the backfill's row ids
         quarantined_rows = bad.count()
         if quarantined_rows:
             write_quarantine(spark, spec, bad, run_id)

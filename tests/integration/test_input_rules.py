@@ -93,9 +93,13 @@ def check_poison(got: dict[str, str]) -> None:
     assert set(got) >= {"huge", "big", "nan", "inf", "badkey", "badwhere"}
     for order_id in ("huge", "big", "badkey", "badwhere"):
         assert got[order_id].startswith("value_invalid: ") and "fails on this row" in got[order_id], got[order_id]
-    assert "value (CAST(w AS DECIMAL(18,3))) fails" in got["huge"]
-    assert "key shop (element_at(split(shop_path, '/'), 2)) fails" in got["badkey"]
-    assert got["badwhere"] == f"value_invalid: where ({WHERE}) fails on this row"
+    # the expression that failed, and Spark's error on the row
+    assert got["huge"].startswith("value_invalid: value (CAST(w AS DECIMAL(18,3))) fails on this row "
+                                  "([NUMERIC_VALUE_OUT_OF_RANGE"), got["huge"]
+    assert "cannot be represented as Decimal(18, 3)" in got["huge"]
+    assert got["badkey"].startswith("value_invalid: key shop (element_at(split(shop_path, '/'), 2)) fails on this "
+                                    "row ([INVALID_ARRAY_INDEX_IN_ELEMENT_AT"), got["badkey"]
+    assert got["badwhere"].startswith(f"value_invalid: where ({WHERE}) fails on this row ([CAST_INVALID_INPUT]")
     assert got["nan"] in ("value_invalid", "value_invalid: value is NaN")  # Spark casts NaN to a null decimal
     assert got["inf"] in ("value_invalid", "value_invalid: value is infinite")
 

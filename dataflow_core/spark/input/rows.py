@@ -277,6 +277,54 @@ def quarantined(tagged: "DataFrame") -> "DataFrame":
     )
 
 
+EXPLAINED = 20
+"""At most this many rows of a write of bad rows get Spark's own error beside `value_invalid`."""
+_FAILS = " fails on this row"
+
+
+def explained(spec: PipelineSpec, bad: "DataFrame") -> "DataFrame":
+    """Bad rows (`quarantined`'s columns) with Spark's own error added to the reason of each
+    of the first `EXPLAINED` rows an expression fails on (`value_invalid: value (...) fails
+    on this row ([NUMERIC_VALUE_OUT_OF_RANGE...] ...)`): the guarded evaluation only knows that
+    it failed, so the expression is evaluated again, unguarded, on that one row, on the
+    driver. Costs a job only when some row's expression failed."""
+    from pyspark.sql import functions as F
+
+    inputs = [c for c in bad.columns if c != REASON]
+    content = F.to_json(F.struct(*[F.col(f"`{c}`") for c in inputs]))
+    failing = bad.where(F.col(REASON).contains(_FAILS)).select(content.alias("j"), REASON).limit(EXPLAINED).collect()
+    if not failing:
+        return bad
+    schema = bad.select(*[F.col(f"`{c}`") for c in inputs]).schema
+    reason = F.col(REASON)
+    for row in failing:
+        text = _with_errors(bad.sparkSession, spec, schema, row["j"], row[REASON])
+        if text != row[REASON]:
+            reason = F.when(content == F.lit(row["j"]), F.lit(text)).otherwise(reason)
+    return bad.withColumn(REASON, reason)
+
+
+def _with_errors(spark: "SparkSession", spec: PipelineSpec, schema, content: str, reason: str) -> str:
+    """`reason` with, after each expression that fails on the row (`content`, its input
+    columns as JSON), the first line of Spark's error evaluating it."""
+    from pyspark.sql import functions as F
+
+    # One row of literals: the optimizer folds the expression on the driver, so its error
+    # comes without a failed task (and its stack trace in the log).
+    one = spark.sql("SELECT 1 AS one").select(F.from_json(F.lit(content), schema).alias("r")).select("r.*")
+    for f in input_of(spec).evaluated:
+        said = f"{f.label}{_FAILS}"
+        if said not in reason:
+            continue
+        try:
+            one.select(F.to_json(F.struct(_field_expression(f).alias("v")))).collect()
+        except Exception as exc:  # noqa: BLE001 - the row's error is what is wanted
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            error = text.split(". ")[0].rstrip(".")[:300]
+            reason = reason.replace(said, f"{said} ({error})", 1)
+    return reason
+
+
 def element_columns(spec: PipelineSpec) -> list["Column"]:
     """An element's columns (the first stage's key columns, `value`, `event_ms`,
     `ingest_ms`, `event_id`) from rows with their fields (`with_fields`): the one mapping

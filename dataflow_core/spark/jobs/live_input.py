@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import elements, quarantined, read_counts, selected, tag_rows
+from dataflow_core.spark.input.rows import elements, explained, quarantined, read_counts, selected, tag_rows
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -96,7 +96,8 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
 
     def bad_rows(session: "SparkSession") -> None:
-        write_quarantine(session, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"), per_delivery=True)
+        write_quarantine(session, spec, explained(spec, quarantined(tagged)), f"batch-{rec.batch}", txn("quarantine"),
+                         per_delivery=True)
         crash_point("quarantined")
 
     def seen_ids(session: "SparkSession") -> None:

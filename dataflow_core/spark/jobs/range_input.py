@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
-    DELIVERIES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
+    DELIVERIES, REFUSED, EventRange, elements, explained, in_range, read_rows, tag_rows,
 )
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
@@ -75,5 +75,5 @@ def read_range(
     writes = None
     if ledger.quarantined and quarantine:
         bad = both.where(~element).select(f"{REFUSED}.*")
-        writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, bad, run.run_id)])
+        writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, explained(spec, bad), run.run_id)])
     return RangeRead(both.where(element).drop(REFUSED, DELIVERIES), both, writes)
