@@ -22,8 +22,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         epilog=(
             "examples:\n"
             "  dataflow diagram docs/figures/scenarios/fig13_fixed_streaming_partial.yaml -o fig13.svg\n"
-            "  dataflow diagram --pipeline ad_sessions --key ad_7 --from 2024-05-01T00:00:00 \\\n"
-            "      --to 2024-05-01T01:00:00 -o ad_7.png"
+            "  dataflow diagram --pipeline billing --key ad-7 --from 2024-05-01T00:00:00 \\\n"
+            "      --to 2024-05-01T01:00:00 -o ad-7.png\n"
+            "  dataflow diagram --pipeline ad_sessions --key user_id=user-3,ad_id=ad-7 \\\n"
+            "      --from 2024-05-01T00:00:00 --to 2024-05-01T01:00:00 -o sessions.svg"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -2,8 +2,8 @@
 
 Three tables describe a run of one pipeline stage:
 
-- its input: the pipeline's input table (stage 0) with `event_time`, `ingest_time` and the
-  key columns, or the upstream stage's pane log (later stages: a pane's `timestamp` is the
+- its input: the pipeline's input table (stage 0), read through the pipeline's own key,
+  time and id expressions (`model.input_rules`), or the upstream stage's pane log (later stages: a pane's `timestamp` is the
   element's event time and its `emitted_at` the arrival);
 - its pane log `<output>_panes`: key columns, `window_start`, `window_end` (null for the
   global window), `value`, `timestamp`, `timing`, `pane_index`, `on_time_index`,
@@ -275,13 +275,10 @@ def read_history(
         "on_time_index", "is_first", "is_last", "is_retraction", _ms("emitted_at"), "run_id",
     )
     stage_names = {str(index), str(getattr(st, "name", "") or ""), str(st.output)} - {""}
-    marks = _table(spark, WATERMARK_TABLE, pipeline)
-    marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
-    marks = marks.select("run_id", "step", _ms("processing_time"), _ms("watermark"))
     return history_from_frames(
-        elements=elements.toPandas(),
+        elements=elements,
         panes=panes.toPandas(),
-        watermarks=marks.toPandas(),
+        watermarks=_watermark_steps(spark, pipeline, stage_names),
         key=key,
         event_from=event_from,
         event_to=event_to,
@@ -292,6 +289,21 @@ def read_history(
     )
 
 
+def _watermark_steps(spark: Any, pipeline: str, stage_names: set[str]) -> Any:
+    """The stage's recorded watermark steps; none while no replay has recorded any (a
+    pipeline run only by batch backfills and micro-batches has no such table)."""
+    import pandas as pd
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.tables import table_exists
+
+    if not table_exists(spark, WATERMARK_TABLE):
+        return pd.DataFrame({"run_id": [], "step": [], "processing_time": [], "watermark": []})
+    marks = _table(spark, WATERMARK_TABLE, pipeline)
+    marks = marks.filter((F.col("pipeline") == pipeline) & F.col("stage").isin(sorted(stage_names)))
+    return marks.select("run_id", "step", _ms("processing_time"), _ms("watermark")).toPandas()
+
+
 def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[str, str], lo: Any,
                   hi: Any) -> tuple[Any, dict[str, Any]]:
     """The key's elements in [lo, hi) of stage `index`: input rows (first stage) or the
@@ -299,17 +311,39 @@ def _element_rows(spark: Any, spec: Any, pipeline: str, index: int, key: dict[st
     from pyspark.sql import functions as F
 
     if index == 0:
-        source = _table(spark, spec.input_table, pipeline)
-        _check_columns(source, [*key, "event_time", "ingest_time"], f"input table {spec.input_table!r}")
-        elements = _keyed(source, key).filter((F.col("event_time") >= F.lit(lo)) & (F.col("event_time") < F.lit(hi)))
-        return elements.select(*key, _ms("event_time"), _ms("ingest_time")), {}
+        return _input_rows(spark, spec, pipeline, key, lo, hi), {}
     upstream = layout.panes(spec.stages[index - 1])
     source = _table(spark, upstream, pipeline)
     _check_columns(source, [*key, "timestamp", "emitted_at", "value", "is_retraction"], f"pane log {upstream!r}")
     elements = _keyed(source, key).filter(~F.col("is_retraction"))
     elements = elements.filter((F.col("timestamp") >= F.lit(lo)) & (F.col("timestamp") < F.lit(hi)))
-    elements = elements.select(*key, _ms("timestamp"), _ms("emitted_at"), "value")
+    elements = elements.select(*key, _ms("timestamp"), _ms("emitted_at"), "value").toPandas()
     return elements, {"element_time": "timestamp", "element_arrival": "emitted_at", "element_value": "value"}
+
+
+def _input_rows(spark: Any, spec: Any, pipeline: str, key: dict[str, str], lo: Any, hi: Any) -> Any:
+    """The key's input rows of event time [lo, hi) as the runners see them: the pipeline's
+    own key, time and id expressions and rules (`spark.input.rows`), each row with what
+    became of it (`element_kind`: accepted, duplicate or quarantined, as the explorer and
+    the model's `first_deliveries` tell them)."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.model.input_rules import first_deliveries, input_of
+    from dataflow_core.spark.input.rows import field_value, refused, selected, tag_rows
+
+    desc = input_of(spec)
+    tagged = tag_rows(spark, spec, selected(spec, _table(spark, spec.input_table, pipeline)))
+    event, ingest = field_value(desc.event_time), field_value(desc.ingest_time)
+    lo_ms, hi_ms = (int(t.replace(tzinfo=dt.timezone.utc).timestamp() * 1000) for t in (lo, hi))
+    for f in desc.key:
+        tagged = tagged.filter(field_value(f).cast("string") == F.lit(key[f.column]))
+    frame = tagged.filter((event >= F.lit(lo_ms)) & (event < F.lit(hi_ms))).select(
+        *[field_value(f).alias(f.column) for f in desc.key], event.alias("event_time"), ingest.alias("ingest_time"),
+        field_value(desc.event_id).alias("event_id"), refused().alias("refused")).toPandas()
+    records = frame.to_dict("records")
+    frame["element_kind"] = first_deliveries(records, lambda r: r["event_id"], lambda r: _plain(r["ingest_time"]),
+                                             lambda r: _plain(r["event_time"]), refused=lambda r: bool(r["refused"]))
+    return frame
 
 
 def _ms(column: str) -> Any:
@@ -327,9 +361,10 @@ def _keyed(df: Any, key: dict[str, str]) -> Any:
 
 
 def _table(spark: Any, name: str, pipeline: str) -> Any:
-    from pyspark.sql.utils import AnalysisException
+    """The warehouse's table `name` (found under the warehouse root, as every command reads
+    it: a fresh session's catalog knows none)."""
+    from dataflow_core.spark.platform.tables import read_table, table_exists
 
-    try:
-        return spark.table(name)
-    except AnalysisException:
-        raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)") from None
+    if not table_exists(spark, name):
+        raise DataflowError(f"table {name!r} does not exist (has pipeline {pipeline!r} run yet?)")
+    return read_table(spark, name)

@@ -1,6 +1,8 @@
-"""The input gate: the input rows of an event-time range, checked by the generic input suite
-(`expectations/dataflow_input.json`) with the pipeline's settings plus the pipeline's own
-suite, before a backfill or micro-batch uses them."""
+"""The input gate: the input rows of an event-time range, checked before a backfill or
+micro-batch uses them by the model's input rules (`model.input_rules`, rendered in Spark by
+`spark.input.rows` exactly as the runners tag rows, so the gate and a backfill agree on
+every row), the table-level rules of `expectations/dataflow_input.json` and the pipeline's
+own suite."""
 
 from __future__ import annotations
 
@@ -8,14 +10,14 @@ import datetime as dt
 import os
 from typing import TYPE_CHECKING
 
-from dataflow_core.errors import DataflowError
-from dataflow_core.quality.outcome import REASON, GateOutcome, docs_dir_of, instant_ms, share, spec_of
+from dataflow_core.quality.outcome import GateOutcome, docs_dir_of, instant_ms, share, spec_of
 from dataflow_core.spark.input.expectations import Rule, RuleSet, load_rules
 from dataflow_core.quality.validate import validate_dataframe
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from dataflow_core.model.input_rules import ProcessingTime
     from dataflow_core.pipelines import PipelineSpec
 
 INPUT_SUITE = "dataflow_input"
@@ -26,62 +28,64 @@ DEFAULT_MAX_DUPLICATE_SHARE = 0.05
 
 
 def input_rules(spec: "PipelineSpec", max_bad_share: float | None = None,
-                max_duplicate_share: float | None = None) -> RuleSet:
-    """The input gate's suite for `spec`: the generic rules with the pipeline's settings,
-    then the pipeline's own input suite, every row rule tolerating `max_bad_share`."""
+                max_duplicate_share: float | None = None, at: "ProcessingTime | None" = None) -> RuleSet:
+    """The input gate's suite for `spec`: the table-level rules of the generic suite (the
+    schema, the duplicate share), one expectation per input rule of the model
+    (`model.input_rules`: the same names and checks as the runners' quarantine, each on its
+    `dataflow_passes_<rule>` column of `input_frame`), then the pipeline's own input suite,
+    every row rule tolerating `max_bad_share`."""
+    from dataflow_core.model.input_rules import input_of
+
     bad = share(MAX_BAD_SHARE_ENV, DEFAULT_MAX_BAD_SHARE) if max_bad_share is None else max_bad_share
     dup = (share(MAX_DUPLICATE_SHARE_ENV, DEFAULT_MAX_DUPLICATE_SHARE)
            if max_duplicate_share is None else max_duplicate_share)
     mostly = round(1.0 - bad, 6)
-    rules = load_rules(INPUT_SUITE, params={
-        "mostly": mostly,
-        "max_skew_seconds": spec.max_skew / 1000,
-        "min_unique_share": round(1.0 - dup, 6),
-    })
-    if spec.quality_suite:
-        own = load_rules(spec.quality_suite)
-        tolerant = tuple(
-            Rule(r.name, r.expectation_type, {**r.kwargs, "mostly": mostly} if mostly < 1 else r.kwargs,
-                 r.description)
-            for r in own.rules
-        )
-        rules = rules.plus(tolerant, name=f"{spec.name}_input")
-    else:
-        rules = RuleSet(f"{spec.name}_input", rules.rules, rules.source, rules.meta)
+    generic = load_rules(INPUT_SUITE, params={"min_unique_share": round(1.0 - dup, 6)})
+    tolerance = {"mostly": mostly} if mostly < 1 else {}
+    generated = tuple(
+        Rule(rule.name, "expect_column_values_to_not_be_null", {"column": passes_column(rule.name), **tolerance},
+             rule.description[:1].upper() + rule.description[1:] + ".")
+        for rule in input_of(spec).rules(at)
+    )
+    rules = RuleSet(f"{spec.name}_input", generic.rules, generic.source, generic.meta).plus(generated)
+    if spec.quality_suite:  # a rule named like one of the model's is part of it (`rows.row_rules`)
+        own = [r for r in load_rules(spec.quality_suite).rules if r.name not in {g.name for g in generated}]
+        rules = rules.plus(tuple(Rule(r.name, r.expectation_type, {**r.kwargs, **tolerance}, r.description)
+                                 for r in own))
     return rules
 
 
-def input_frame(spark: "SparkSession", spec: "PipelineSpec", start, end) -> "DataFrame":
-    """The input rows of event-time range [start, end) (as the backfill selects them)
-    plus the gate's derived `dataflow_*` columns."""
-    from pyspark.errors import AnalysisException
+def passes_column(rule: str) -> str:
+    """The gate's column for an input rule: true where a row passes it, null where not."""
+    return f"dataflow_passes_{rule}"
+
+
+def input_frame(spark: "SparkSession", spec: "PipelineSpec", start, end, at: "ProcessingTime | None" = None) -> "DataFrame":
+    """The input rows of event-time range [start, end) (as the backfill selects them, tagged
+    as the backfill tags them: `spark.input.rows`) plus the gate's derived `dataflow_*`
+    columns: the pipeline's event and ingest times and event id, and per input rule whether
+    the row passes it, from the one rendering of the rules the runners use."""
     from pyspark.sql import functions as F
 
-    from dataflow_core.spark.input.rows import EventRange, read_rows
+    from dataflow_core.model.input_rules import input_of
+    from dataflow_core.spark.input.rows import EventRange, guarded, read_rows, row_rules, tag_rows
 
+    desc = input_of(spec)
+    model = set(desc.reason_names(at))
     span = EventRange(instant_ms(start, "start"), instant_ms(end, "end"))
-    rows = read_rows(spark, spec, span)
-    complete = F.lit(True)
-    for expression in spec.key.values():
-        complete = complete & F.expr(expression).isNotNull()
-    key = F.when(complete, F.to_json(F.struct(*[F.expr(e).alias(c) for c, e in spec.key.items()])))
-    event, ingest = F.expr(spec.event_time), F.expr(spec.ingest_time)
-    try:
-        return rows.select(
-            *rows.columns,
-            key.alias("dataflow_key"),
-            event.alias("dataflow_event_time"),
-            ingest.alias("dataflow_ingest_time"),
-            F.expr(spec.event_id).cast("string").alias("dataflow_event_id"),
-            F.expr(spec.value).alias("dataflow_value"),
-            ((F.unix_micros(event.cast("timestamp")) - F.unix_micros(ingest.cast("timestamp"))) / 1e6)
-            .alias("dataflow_skew_seconds"),
-        )
-    except AnalysisException as exc:
-        first = str(exc).strip().splitlines()[0]
-        raise DataflowError(
-            f"pipeline {spec.name!r}: its settings do not fit input table {spec.input_table}: {first}"
-        ) from None
+    rows = tag_rows(spark, spec, read_rows(spark, spec, span), at)
+
+    def raw(expression: str):
+        return guarded(spark, F.expr(expression)).getField("v")
+
+    return rows.select(
+        "*",
+        raw(desc.event_time.expression).alias("dataflow_event_time"),
+        raw(desc.ingest_time.expression).alias("dataflow_ingest_time"),
+        raw(desc.event_id.expression).cast("string").alias("dataflow_event_id"),
+        *[F.when(ok, F.lit(True)).alias(passes_column(name)) for name, ok, _ in row_rules(spec, rows, at)
+          if name in model],
+    )
 
 
 def gate_input(
@@ -91,34 +95,36 @@ def gate_input(
     end,
     run_id: str,
     docs_dir: str | os.PathLike[str] | None = None,
+    now: int | None = None,
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
-    `<pipeline>__quarantine` (same row ids as the backfill's, so a row is there once)."""
-    from pyspark.sql import functions as F
+    `<pipeline>__quarantine` with the reasons the backfill gives them (same row ids, so a
+    row is there once). Rows stamped after `now` (ms; default the clock) plus the
+    pipeline's `max_skew` are future-dated."""
+    import time
 
-    from dataflow_core.quality.split import failed_rules
+    from dataflow_core.model.input_rules import ProcessingTime
+    from dataflow_core.spark.input.rows import explained, input_columns, quarantined
     from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 
     spec = spec_of(pipeline)
-    rules = input_rules(spec)
-    frame = input_frame(spark, spec, start, end).persist()
+    at = ProcessingTime(int(time.time() * 1000) if now is None else now)
+    rules = input_rules(spec, at=at)
+    frame = input_frame(spark, spec, start, end, at).persist()
     try:
         n = frame.count()
-        report = validate_dataframe(frame, rules, docs_dir=docs_dir_of(spark, docs_dir),
-                                    run_name=f"{run_id}:input:{spec.name}")
-        input_cols = [c for c in frame.columns if not c.startswith("dataflow_")]
-        tagged = frame.withColumn("_failed", failed_rules(rules))
-        bad = tagged.where(F.size("_failed") > 0).select(
-            *input_cols, F.array_join("_failed", "; ").alias(REASON),
-        ).persist()
-        quarantined = bad.count()
-        if quarantined:
+        derived = [c for c in frame.columns if c.startswith("dataflow_")]
+        report = validate_dataframe(frame.select(*input_columns(frame), *derived), rules,
+                                    docs_dir=docs_dir_of(spark, docs_dir), run_name=f"{run_id}:input:{spec.name}")
+        bad = explained(spec, quarantined(frame.drop(*derived))).persist()  # the input's columns: the backfill's row ids
+        quarantined_rows = bad.count()
+        if quarantined_rows:
             write_quarantine(spark, spec, bad, run_id)
         bad.unpersist()
     finally:
         frame.unpersist()
     notes = (f"range [{_iso(start)}, {_iso(end)}) of table {spec.input_table}",)
-    return GateOutcome("input", spec.input_table, report, n, quarantined, quarantine_table(spec), notes)
+    return GateOutcome("input", spec.input_table, report, n, quarantined_rows, quarantine_table(spec), notes)
 
 
 def _iso(value) -> str:

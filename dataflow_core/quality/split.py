@@ -6,6 +6,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from dataflow_core.spark.input.expectations import RuleSet, load_rules
+from dataflow_core.spark.input.rows import broken
 
 REASON_COLUMN = "quarantine_reason"
 REASON_SEPARATOR = "; "
@@ -13,11 +14,9 @@ _FAILED = "_failed_rules"
 
 
 def failed_rules(rules: RuleSet) -> Column:
-    """Array of the names of the rules a row breaks (empty when it passes all)."""
-    tags = [F.when(~rule.passes(), F.lit(rule.name)) for rule in rules.row_rules]
-    if not tags:
-        return F.array().cast("array<string>")
-    return F.filter(F.array(*tags), lambda tag: tag.isNotNull())
+    """Array of the names of the rules a row breaks (empty when it passes all), gathered as
+    the input layer gathers a pipeline's reasons (`spark.input.rows.broken`)."""
+    return broken([(rule.passes(), F.lit(rule.name)) for rule in rules.row_rules])
 
 
 def split_valid_rows(

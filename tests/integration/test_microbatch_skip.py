@@ -1,5 +1,6 @@
-"""A poison batch: a row whose value expression raises fails its batch on every retry; a
-batch whose recorded versions are gone fails with one line; the operator skips the batch
+"""A poison batch: a batch that fails on every retry (a user's combiner that raises on one
+value; a bad input row no longer can: it is quarantined, tests/integration/
+test_input_rules.py); a batch whose recorded versions are gone fails with one line; the operator skips the batch
 with `dataflow microbatch --skip-batch` (the CLI's entry point, on this process's session:
 what is under test is the command, not a process), the pipeline carries on, the
 skipped rows are quarantined with the reason and the ledger balances; results equal the
@@ -17,6 +18,7 @@ import pytest
 
 from dataflow_core.cli import main
 from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.model.combiners import CountFn
 from dataflow_core.model.time import format_instant
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.jobs.reset import reset_pipeline
@@ -28,7 +30,6 @@ from tests.integration.test_backfill import (
 from tests.integration.test_microbatch import in_warehouse
 
 PIPELINE, INPUT = "t_skip", "t_skip_in"
-POISON = "CASE WHEN v = 'boom' THEN raise_error('poison row') ELSE try_cast(v AS BIGINT) END"
 VIEWS = [("u1", "ad1", 1, 60, 5, False), ("u1", "ad1", 1, 120, 5, False), ("u2", "ad2", 1, 300, 5, False),  # batch 0
          ("u1", "ad1", 1, 400, 200, False), ("u3", "ad1", 1, 500, 110, False),  # batch 1, with the poison row
          ("u1", "ad1", 1, 700, 300, False), ("u2", "ad2", 1, 650, 400, False)]  # after the skip
@@ -50,14 +51,41 @@ def _batches(spark, batch: int) -> list[dict]:
         f"pipeline = '{PIPELINE}' AND batch = {batch}").orderBy("status", "attempt").collect()]
 
 
+def poison_count() -> CountFn:
+    """A user's count that raises on one value: the batch that delivers it fails on every
+    retry (fed element by element, so `add_input` sees the value; a local class, so Spark's
+    Python workers get it by value)."""
+
+    class PoisonCount(CountFn):
+        sql_partial = None
+
+        def add_input(self, acc, value):
+            if str(value) == "666":
+                raise ValueError("poison row")
+            return acc + 1
+
+    return PoisonCount()
+
+
+def poisoned_pipeline():
+    """sessions_pipeline, its first stage counting with `poison_count`."""
+    from dataclasses import replace
+
+    from dataflow_core.pipelines.registry import replace_registered
+
+    spec = sessions_pipeline(PIPELINE, INPUT)
+    first = replace(spec.stages[0], strategy=replace(spec.stages[0].strategy, combiner=poison_count()))
+    return replace_registered(replace(spec, stages=(first, *spec.stages[1:])))
+
+
 def test_a_poison_batch_is_skipped_by_the_operator_and_the_pipeline_carries_on(spark, tmp_path):
-    spec = sessions_pipeline(PIPELINE, INPUT, value=POISON)
+    spec = poisoned_pipeline()
     warehouse = tmp_path / "wh"
     at = lambda minutes: format_instant(DAY0 + minutes * M)  # noqa: E731
     with in_warehouse(spark, warehouse):
         write_input(spark, INPUT, FIRST)
         assert run_microbatch(spark, PIPELINE, now=at(10)).ledger_ok
-        poison = ("e99", "u4", "ad2", "boom", DAY0 + 450_000, DAY0 + 460_000)
+        poison = ("e99", "u4", "ad2", "666", DAY0 + 450_000, DAY0 + 460_000)
         write_input(spark, INPUT, SKIPPED + [poison], mode="append")
         for _ in range(2):  # every retry fails the same way: the claim pins the batch
             with pytest.raises(Exception, match="poison row"):

@@ -246,8 +246,10 @@ def test_input_gate_fails_a_bad_input_with_the_summary(spark, wh):
 def test_input_rules_carry_the_pipeline_settings():
     rules = input_rules(get("billing"), max_bad_share=0.1, max_duplicate_share=0.2)
     assert rules.name == "billing_input"
-    assert rules.rule("event_time_within_skew").kwargs["max_value"] == 3600
-    assert rules.rule("key_not_null").mostly == 0.9
+    # the row rules are the model's (one name for the gate and the quarantine), on the gate's columns
+    assert rules.rule("event_time_beyond_skew").kwargs["column"] == "dataflow_passes_event_time_beyond_skew"
+    assert rules.rule("key_ad_id_not_null").mostly == 0.9
+    assert rules.rule("value_invalid").row_level
     assert rules.rule("duplicate_share_under_threshold").kwargs["min_value"] == 0.8
     assert rules.rule("watch_seconds_non_negative").mostly == 0.9  # the table's own suite, tolerant
     assert not rules.rule("duplicate_share_under_threshold").row_level

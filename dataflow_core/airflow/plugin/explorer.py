@@ -11,6 +11,7 @@ from typing import Any
 
 from dataflow_core.diagram.tables import WATERMARK_TABLE, history_from_frames, stage_of, key_label, parse_key
 from dataflow_core.errors import DataflowError
+from dataflow_core.model.input_rules import first_deliveries, input_of
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import layout
 from dataflow_core.query import list_tables, literal, query, quote_ident
@@ -100,10 +101,12 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     if pane_table not in tables:
         raise DataflowError(f"table {pane_table!r} does not exist yet (has pipeline {pipeline!r} run?)")
     if index == 0:
-        source, time_col = spec.input_table, "event_time"
+        source, time_col = spec.input_table, input_of(spec).event_time.expression
+        source_filter = input_key_filter(spec, key)
     else:
         source, time_col = layout.panes(spec.stages[index - 1]), "timestamp"
-    lo, hi = _event_range(key, event_from, event_to, pane_table, source, time_col, tables, warehouse)
+        source_filter = _key_filter(key)
+    lo, hi = _event_range(key, event_from, event_to, pane_table, source, time_col, source_filter, tables, warehouse)
 
     cols = ", ".join(quote_ident(c) for c in key)
     in_range = f"(window_end IS NULL OR (window_end > {_ts(lo)} AND window_start < {_ts(hi)}))"
@@ -112,7 +115,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         f"is_last, is_retraction, emitted_at, run_id FROM {pane_table} WHERE {_key_filter(key)} AND {in_range} "
         "ORDER BY emitted_at, window_start, pane_index, is_retraction", warehouse).table.to_pandas()
     if index == 0:
-        elements = _input_elements(spec, source, tables, key, lo, hi, warehouse)
+        elements = input_elements(spec, tables, key, lo, hi, warehouse)
         element_args: dict[str, Any] = {}
     else:
         elements = query(
@@ -143,7 +146,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
 
 
 def _event_range(key: dict, event_from: str | None, event_to: str | None, pane_table: str, source: str,
-                 time_col: str, tables: set[str], warehouse: str | None) -> tuple[int, int]:
+                 time_col: str, source_filter: str, tables: set[str], warehouse: str | None) -> tuple[int, int]:
     """The event-time range [lo, hi) to show: as given, else the key's windows (or, for global
     windows, its elements' event times), at most DEFAULT_SPAN_MS long."""
     lo, hi = _instant(event_from, "from"), _instant(event_to, "to")
@@ -182,33 +185,52 @@ def _counts(history: Any, elements: Any) -> dict[str, int]:
     }
 
 
-def _input_elements(spec: Any, source: str, tables: set[str], key: dict[str, str], lo: int, hi: int,
-                    warehouse: str | None) -> Any:
+def input_key_filter(spec: Any, key: dict[str, str]) -> str:
+    """DataFusion SQL: the input rows of `key`, by the pipeline's key expressions."""
+    exprs = {f.column: f.expression for f in input_of(spec).key}
+    return " AND ".join(f"CAST(({exprs[c]}) AS VARCHAR) = {literal(v)}" for c, v in key.items())
+
+
+def input_rows_sql(spec: Any, table: str, key: dict[str, str], lo: int, hi: int) -> str:
+    """DataFusion SQL for the key's input rows of event time [lo, hi) in `table` (the input,
+    or its quarantine, which keeps the input's columns): the pipeline's own expressions
+    (`model.input_rules.input_of`) give the key columns, `event_time`, `ingest_time` and
+    `event_id` (with the times as text too, to match rows across tables)."""
+    desc = input_of(spec)
+    event, ingest = f"({desc.event_time.expression})", f"({desc.ingest_time.expression})"
+    keys = ", ".join(f"({f.expression}) AS {quote_ident(f.column)}" for f in desc.key)
+    return (f"SELECT {keys}, {event} AS event_time, {ingest} AS ingest_time, "
+            f"CAST(({desc.event_id.expression}) AS VARCHAR) AS event_id, CAST({event} AS VARCHAR) AS event_text, "
+            f"CAST({ingest} AS VARCHAR) AS ingest_text FROM {table} "
+            f"WHERE {input_key_filter(spec, key)} AND {event} >= {_ts(lo)} AND {event} < {_ts(hi)}")
+
+
+def input_elements(spec: Any, tables: set[str], key: dict[str, str], lo: int, hi: int,
+                   warehouse: str | None) -> Any:
     """The key's input rows in [lo, hi), each with what became of it (`element_kind`):
     quarantined (its row is in `<pipeline>__quarantine`), a duplicate (a later delivery of an
     event id already delivered), or accepted, as the runs' ledgers count them, so that the
-    explorer's counts tell them apart instead of counting every row read as an element."""
+    explorer's counts tell them apart instead of counting every row read as an element.
+    The pipeline's own columns and key expressions, read with DataFusion."""
     import pandas as pd
 
-    cols = ", ".join(quote_ident(c) for c in key)
+    source = spec.input_table
     if source not in tables:
         return pd.DataFrame({**{c: [] for c in key}, "event_time": [], "ingest_time": [], "element_kind": []})
+    select = input_rows_sql(spec, source, key, lo, hi)
     where = f" AND ({spec.where})" if getattr(spec, "where", None) else ""
-    select = (f"SELECT {cols}, event_time, ingest_time, CAST(event_id AS VARCHAR) AS event_id, "
-              f"CAST(event_time AS VARCHAR) AS event_text, CAST(ingest_time AS VARCHAR) AS ingest_text FROM {source} "
-              f"WHERE {_key_filter(key)} AND event_time >= {_ts(lo)} AND event_time < {_ts(hi)}")
     try:
         frame = query(select + where, warehouse).table.to_pandas()
-    except DataflowError:  # a `where` in Spark SQL that DataFusion does not take: every row of the key
+    except DataflowError as exc:  # a `where` in Spark SQL that DataFusion does not take: every row of the key
+        if not where:
+            raise DataflowError(f"pipeline {spec.name!r}: the explorer reads its input with DataFusion, which "
+                                f"cannot evaluate the pipeline's expressions: {exc}") from None
         frame = query(select, warehouse).table.to_pandas()
     refused: set[tuple[str, str, str]] = set()
     quarantine = layout.quarantine(spec)
     if quarantine in tables:
-        bad = query(
-            f"SELECT CAST(event_id AS VARCHAR) AS event_id, CAST(event_time AS VARCHAR) AS e, "
-            f"CAST(ingest_time AS VARCHAR) AS i FROM {quarantine} WHERE {_key_filter(key)} AND "
-            f"event_time >= {_ts(lo)} AND event_time < {_ts(hi)}", warehouse).table.to_pylist()
-        refused = {(str(r["event_id"]), str(r["e"]), str(r["i"])) for r in bad}
+        bad = query(input_rows_sql(spec, quarantine, key, lo, hi), warehouse).table.to_pylist()
+        refused = {(str(r["event_id"]), str(r["event_text"]), str(r["ingest_text"])) for r in bad}
     rows = [(str(e), str(t), str(i)) for e, t, i in zip(frame["event_id"], frame["event_text"], frame["ingest_text"])]
     frame["element_kind"] = element_kinds(rows, list(frame["ingest_text"]), list(frame["event_text"]), refused)
     return frame
@@ -217,21 +239,11 @@ def _input_elements(spec: Any, source: str, tables: set[str], key: dict[str, str
 def element_kinds(rows: list[tuple[str, str, str]], ingest: list[Any], event: list[Any],
                   refused: set[tuple[str, str, str]]) -> list[str]:
     """Per row (event id, event time, ingest time as text): "quarantined" if refused, else
-    "duplicate" when an earlier delivery (by ingest then event time) of its event id was
-    accepted, else "accepted": the input's own rule (`spark.input.rows`: the first delivery
-    of each event id wins)."""
-    order = sorted(range(len(rows)), key=lambda i: (ingest[i], event[i]))
-    seen: set[str] = set()
-    kinds = [""] * len(rows)
-    for i in order:
-        if rows[i] in refused:
-            kinds[i] = "quarantined"
-        elif rows[i][0] in seen:
-            kinds[i] = "duplicate"
-        else:
-            seen.add(rows[i][0])
-            kinds[i] = "accepted"
-    return kinds
+    "duplicate" when an earlier delivery of its event id was accepted, else "accepted": the
+    input's own rule (`model.input_rules.first_deliveries`)."""
+    index = list(range(len(rows)))
+    return first_deliveries(index, lambda i: rows[i][0], lambda i: ingest[i], lambda i: event[i],
+                            refused=lambda i: rows[i] in refused)
 
 
 def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, tables: set[str],

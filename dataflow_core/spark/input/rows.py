@@ -3,6 +3,12 @@
 Every row read ends up in exactly one place: quarantined (with its reasons), a duplicate
 delivery of an event already accepted, or an accepted element. The columns of an element
 are the first stage's key columns, `value`, `event_ms`, `ingest_ms` and `event_id`.
+
+What a row must pass, and which delivery counts, is declared in `model.input_rules`; this
+module renders it in Spark (the input gate uses the same rendering). Each of the pipeline's
+expressions is evaluated once per row, guarded (`guarded`): a row it fails on (an ANSI
+overflow such as `CAST(1e20 AS DECIMAL(18,3))`, a malformed cast, an index out of bounds) is
+quarantined as `value_invalid` with the expression named, and the rest of its batch counts.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.model.input_rules import (
+    DELIVERY_ORDER, Check, Field, InputDescription, InputRule, ProcessingTime, input_of,
+)
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines.spec import PipelineSpec
 
@@ -24,6 +33,8 @@ REFUSED = "_dataflow_refused"
 DELIVERIES = "_dataflow_deliveries"
 DUPLICATES = "_dataflow_duplicates"
 _TAGS = "_dataflow_failed"
+_FIELD = "_dataflow_field_"  # a field's guarded value (`with_fields`)
+_CONTENT = "_dataflow_content"
 
 
 @dataclass(frozen=True)
@@ -43,35 +54,134 @@ class EventRange:
 
 
 def _iso(ms: Instant) -> str:
-    return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+    try:
+        return dt.datetime.fromtimestamp(ms / 1000, dt.timezone.utc).isoformat()
+    except (ValueError, OverflowError, OSError):  # beyond Python's years 1 to 9999
+        return f"{ms} ms after the epoch"
 
 
-def pipeline_rules(spec: PipelineSpec) -> list[tuple[str, "Column"]]:
-    """(reason, passes) pairs: the pipeline's own checks, after the input suite's."""
+def guarded(spark: "SparkSession", expression: "Column") -> "Column":
+    """`expression` evaluated so that an error on a row (an ANSI overflow, a malformed cast,
+    a division by zero...) gives null instead of failing the job: a struct whose `v` is the
+    value, itself null only where evaluating it failed (a null value gives a struct holding
+    null). It is Spark's own `TryEval` (what its `try_*` functions are built on) over the
+    whole expression: SQL offers no `try` of an arbitrary expression, `try_cast` rewriting
+    would miss arithmetic and functions, and turning ANSI off would make errors wrong values
+    (an overflow that wraps) instead of nulls."""
+    from pyspark.sql import Column
     from pyspark.sql import functions as F
 
-    skew_ms = spec.max_skew
-    event = F.expr(spec.event_time)
-    ingest = F.expr(spec.ingest_time)
-    rules = [(f"key_{c}_not_null", F.expr(e).isNotNull()) for c, e in spec.key.items()]
-    rules += [
-        ("event_id_not_null", F.expr(spec.event_id).isNotNull()),
-        ("event_time_not_null", event.isNotNull()),
-        ("ingest_time_not_null", ingest.isNotNull()),
-        (
-            "event_time_beyond_skew",
-            event.isNull() | ingest.isNull()
-            | (F.unix_millis(event) <= F.unix_millis(ingest) + F.lit(skew_ms)),
-        ),
-        ("value_invalid", F.expr(spec.value).isNotNull()),
-    ]
-    return [(name, F.coalesce(ok, F.lit(False))) for name, ok in rules]
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:
+        raise DataflowError("the input rules evaluate each row under Spark's TryEval, which needs a classic Spark "
+                            "session (not Spark Connect): unset SPARK_REMOTE")
+    utils = jvm.org.apache.spark.sql.classic.ExpressionUtils
+    attempt = jvm.org.apache.spark.sql.catalyst.expressions.TryEval(utils.expression(F.struct(expression.alias("v"))._jc))
+    return Column(utils.column(attempt))
+
+
+def _field_column(f: Field) -> str:
+    return f"{_FIELD}{f.role}_{f.column}"
+
+
+def _field_expression(f: Field) -> "Column":
+    """The field as the element holds it: times as ms since the epoch, the id as text."""
+    from pyspark.sql import functions as F
+
+    if f.role in ("event_time", "ingest_time"):
+        return F.unix_millis(F.expr(f.expression))
+    if f.role == "event_id":
+        return F.expr(f.expression).cast("string")
+    return F.expr(f.expression)
+
+
+def with_fields(spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
+    """`rows` plus, per expression of the input (`model.input_rules`: the fields and
+    `where`), its guarded value (a struct, null where the expression fails on the row):
+    every later rule and element column reads these, so no expression of the pipeline is
+    evaluated unguarded. A no-op on rows that have them."""
+    desc = input_of(spec)
+    missing = [f for f in desc.evaluated if _field_column(f) not in rows.columns]
+    if not missing:
+        return rows
+    from pyspark.errors import AnalysisException
+
+    try:
+        return rows.withColumns({_field_column(f): guarded(rows.sparkSession, _field_expression(f)) for f in missing})
+    except AnalysisException as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise DataflowError(f"pipeline {spec.name!r}: its settings do not fit input table {spec.input_table}: "
+                            f"{first}") from None
+
+
+def selected(spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
+    """The rows that are the pipeline's input (its `where`), with their fields
+    (`with_fields`). A row `where` fails on is kept: it is quarantined (`value_invalid`),
+    neither dropped unseen nor fatal."""
+    from pyspark.sql import functions as F
+
+    rows = with_fields(spec, rows)
+    where = next((f for f in input_of(spec).evaluated if f.role == "where"), None)
+    if where is None:
+        return rows
+    return rows.where(_failed(where) | F.coalesce(field_value(where), F.lit(False)))
+
+
+def field_value(f: Field) -> "Column":
+    """A field's value (null where it is null or its expression failed), from `with_fields`."""
+    from pyspark.sql import functions as F
+
+    return F.col(_field_column(f)).getField("v")
+
+
+def _failed(f: Field) -> "Column":
+    from pyspark.sql import functions as F
+
+    return F.col(_field_column(f)).isNull()
+
+
+def rule_predicates(spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None = None) -> list[tuple[InputRule, "Column", "Column"]]:
+    """(rule, passes, reason) per rule of the pipeline's input (`model.input_rules`) over
+    `rows` as `with_fields` gives them: `passes` is never null; `reason` is the text a
+    quarantined row gets for it (the rule's name, and what failed for `value_invalid`).
+    The one rendering of the rules in Spark: the runners tag rows with it and the input gate
+    builds its suite's columns from it."""
+    desc = input_of(spec)
+    return [(rule, *_render(desc, rule, rows)) for rule in desc.rules(at)]
+
+
+def _render(desc: InputDescription, rule: InputRule, rows: "DataFrame") -> tuple["Column", "Column"]:
+    from pyspark.sql import functions as F
+
+    name = F.lit(rule.name)
+    event, ingest = field_value(desc.event_time), field_value(desc.ingest_time)
+    if rule.check is Check.PRESENT:
+        ok = _failed(rule.field) | field_value(rule.field).isNotNull()  # a failure is value_invalid's
+    elif rule.check is Check.WITHIN_SKEW:
+        ok = event.isNull() | ingest.isNull() | (event <= ingest + F.lit(rule.limit_ms))
+    elif rule.check is Check.NOT_FUTURE:
+        limit = F.lit(rule.limit_ms)
+        ok = (event.isNull() | (event <= limit)) & (ingest.isNull() | (ingest <= limit))
+    else:
+        value = field_value(desc.value)
+        details = [F.when(_failed(f), F.lit(f"{f.label} fails on this row")) for f in desc.evaluated]
+        ok = functools.reduce(lambda a, b: a & b, [~_failed(f) for f in desc.evaluated]) & value.isNotNull()
+        value_type = rows.schema[_field_column(desc.value)].dataType.fields[0].dataType.typeName()
+        if value_type in ("double", "float"):
+            infinite = F.abs(value) == F.lit(float("inf"))
+            details += [F.when(F.isnan(value), F.lit("value is NaN")),
+                        F.when(infinite, F.lit("value is infinite"))]
+            ok = ok & ~F.isnan(value) & ~infinite
+        detail = F.array_join(F.filter(F.array(*details), lambda d: d.isNotNull()), ", ")
+        name = F.when(detail == "", name).otherwise(F.concat(name, F.lit(": "), detail))
+    return F.coalesce(ok, F.lit(False)), name
 
 
 def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, version: int | None = None) -> "DataFrame":
     """The input rows of `span` that the pipeline takes (its `where`), reading only the
     partitions that can hold them: the span's dates, plus dates after tomorrow, which only
-    rows with broken clocks can be in. `version`: the input as of that version, not the latest."""
+    rows with broken clocks can be in. `version`: the input as of that version, not the latest.
+    The rows come with their fields (`selected`)."""
     from pyspark.sql import functions as F
 
     from dataflow_core.spark.platform.delta import read_as_of
@@ -82,43 +192,80 @@ def read_rows(spark: "SparkSession", spec: PipelineSpec, span: EventRange, versi
     missing = [c for c in (spec.partition_column,) if c and c not in df.columns]
     if missing:
         raise DataflowError(f"pipeline {spec.name!r}: input table {spec.input_table} has no column {missing[0]!r}")
-    if spec.where:
-        df = df.where(F.expr(spec.where))
     if spec.partition_column:
         first = F.to_date(F.timestamp_millis(F.lit(span.start)))
         last = F.to_date(F.timestamp_millis(F.lit(span.end)))
         part = F.col(spec.partition_column)
         df = df.where(part.between(first, last) | (part > F.date_add(F.current_date(), 1)))
-    return df.where(in_range(spec, span))
+    return selected(spec, df).where(in_range(spec, span))
 
 
 def in_range(spec: PipelineSpec, span: EventRange) -> "Column":
-    """Whether an input row belongs to `span` (see `EventRange`)."""
+    """Whether an input row (with its fields, `with_fields`) belongs to `span` (see
+    `EventRange`)."""
     from pyspark.sql import functions as F
 
-    event_ms, ingest_ms = F.unix_millis(F.expr(spec.event_time)), F.unix_millis(F.expr(spec.ingest_time))
-    usable = event_ms.isNotNull() & (ingest_ms.isNull() | (event_ms <= ingest_ms + F.lit(spec.max_skew)))
+    desc = input_of(spec)
+    event_ms, ingest_ms = field_value(desc.event_time), field_value(desc.ingest_time)
+    usable = event_ms.isNotNull() & (ingest_ms.isNull() | (event_ms <= ingest_ms + F.lit(desc.max_skew)))
     when = F.when(usable, event_ms).otherwise(ingest_ms)
     return F.coalesce((when >= F.lit(span.start)) & (when < F.lit(span.end)), F.lit(False))
 
 
-def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame") -> "DataFrame":
-    """`rows` plus `_dataflow_failed`: the names of the rules each row breaks."""
-    from pyspark.sql import functions as F
+def tag_rows(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None = None) -> "DataFrame":
+    """`rows` with their fields (`with_fields`) plus `_dataflow_failed`: the reasons of the
+    rules each row breaks (`row_rules`)."""
+    rows = with_fields(spec, rows)
+    return rows.withColumn(_TAGS, broken([(ok, reason) for _, ok, reason in row_rules(spec, rows, at)]))
 
-    rules = []
+
+def row_rules(spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None = None) -> list[tuple[str, "Column", "Column"]]:
+    """(name, passes, reason) of every rule a row of the pipeline must pass: its own input
+    suite's (`quality_suite`), then the model's input rules (`rule_predicates`; future-dated
+    rows only when the processing time `at` is known). A suite rule named like one of the
+    model's is part of it (a row breaking either is refused once, under that name)."""
+    model = rule_predicates(spec, rows, at)
+    extra: dict[str, "Column"] = {}
+    out: list[tuple[str, "Column", "Column"]] = []
     if spec.quality_suite:
         from dataflow_core.spark.input.expectations import load_rules
 
         suite = load_rules(spec.quality_suite)
-        suite.check_columns(rows.columns)
-        rules += [(rule.name, rule.passes()) for rule in suite.rules]
-    rules += pipeline_rules(spec)
-    # The names are gathered only for a row that breaks a rule: gathering them (a lambda
-    # over an array) runs without Spark's generated code, and nearly every row passes.
-    passes = functools.reduce(lambda a, b: a & b, [ok for _, ok in rules])
-    named = F.filter(F.array(*[F.when(~ok, F.lit(name)) for name, ok in rules]), lambda t: t.isNotNull())
-    return rows.withColumn(_TAGS, F.when(passes, F.array().cast("array<string>")).otherwise(named))
+        suite.check_columns(input_columns(rows))
+        names = {rule.name for rule, _, _ in model}
+        for rule in suite.rules:
+            if rule.name in names:
+                extra[rule.name] = rule.passes()
+            else:
+                out.append((rule.name, rule.passes(), _lit(rule.name)))
+    for rule, ok, reason in model:
+        out.append((rule.name, ok & extra[rule.name] if rule.name in extra else ok, reason))
+    return out
+
+
+def broken(rules: "list[tuple[Column, Column]]") -> "Column":
+    """The reasons (`(passes, reason)` pairs) a row breaks, in order: an empty array when it
+    passes them all. The reasons are gathered only for a row that breaks a rule: gathering
+    them (a lambda over an array) runs without Spark's generated code, and nearly every row
+    passes."""
+    from pyspark.sql import functions as F
+
+    if not rules:
+        return F.array().cast("array<string>")
+    passes = functools.reduce(lambda a, b: a & b, [ok for ok, _ in rules])
+    named = F.filter(F.array(*[F.when(~ok, reason) for ok, reason in rules]), lambda t: t.isNotNull())
+    return F.when(passes, F.array().cast("array<string>")).otherwise(named)
+
+
+def _lit(text: str) -> "Column":
+    from pyspark.sql import functions as F
+
+    return F.lit(text)
+
+
+def input_columns(rows: "DataFrame") -> list[str]:
+    """The input's own columns of `rows` (not the ones the input layer adds)."""
+    return [c for c in rows.columns if not c.startswith("_dataflow_")]
 
 
 def quarantined(tagged: "DataFrame") -> "DataFrame":
@@ -127,15 +274,93 @@ def quarantined(tagged: "DataFrame") -> "DataFrame":
 
     return (
         tagged.where(F.size(_TAGS) > 0)
-        .withColumn(REASON, F.array_join(F.col(_TAGS), "; "))
-        .drop(_TAGS)
+        .select(*[F.col(f"`{c}`") for c in input_columns(tagged)], F.array_join(F.col(_TAGS), "; ").alias(REASON))
     )
+
+
+EXPLAINED = 20
+"""At most this many rows of a write of bad rows get Spark's own error beside `value_invalid`."""
+_FAILS = " fails on this row"
+
+
+def explained(spec: PipelineSpec, bad: "DataFrame") -> "DataFrame":
+    """Bad rows (`quarantined`'s columns) with Spark's own error added to the reason of each
+    of the first `EXPLAINED` rows an expression fails on (`value_invalid: value (...) fails
+    on this row ([NUMERIC_VALUE_OUT_OF_RANGE...] ...)`): the guarded evaluation only knows that
+    it failed, so the expression is evaluated again, unguarded, on that one row, on the
+    driver. Costs a job only when some row's expression failed."""
+    from pyspark.sql import functions as F
+
+    inputs = [c for c in bad.columns if c != REASON]
+    content = F.to_json(F.struct(*[F.col(f"`{c}`") for c in inputs]))
+    failing = bad.where(F.col(REASON).contains(_FAILS)).select(content.alias("j"), REASON).limit(EXPLAINED).collect()
+    if not failing:
+        return bad
+    schema = bad.select(*[F.col(f"`{c}`") for c in inputs]).schema
+    reason = F.col(REASON)
+    for row in failing:
+        text = _with_errors(bad.sparkSession, spec, schema, row["j"], row[REASON])
+        if text != row[REASON]:
+            reason = F.when(content == F.lit(row["j"]), F.lit(text)).otherwise(reason)
+    return bad.withColumn(REASON, reason)
+
+
+def _with_errors(spark: "SparkSession", spec: PipelineSpec, schema, content: str, reason: str) -> str:
+    """`reason` with, after each expression that fails on the row (`content`, its input
+    columns as JSON), the first line of Spark's error evaluating it."""
+    from pyspark.sql import functions as F
+
+    # One row of literals: the optimizer folds the expression on the driver, so its error
+    # comes without a failed task (and its stack trace in the log).
+    one = spark.sql("SELECT 1 AS one").select(F.from_json(F.lit(content), schema).alias("r")).select("r.*")
+    for f in input_of(spec).evaluated:
+        said = f"{f.label}{_FAILS}"
+        if said not in reason:
+            continue
+        try:
+            one.select(F.to_json(F.struct(_field_expression(f).alias("v")))).collect()
+        except Exception as exc:  # noqa: BLE001 - the row's error is what is wanted
+            text = " ".join(str(exc).split()) or type(exc).__name__
+            error = text.split(". ")[0].rstrip(".")[:300]
+            reason = reason.replace(said, f"{said} ({error})", 1)
+    return reason
+
+
+def element_columns(spec: PipelineSpec) -> list["Column"]:
+    """An element's columns (the first stage's key columns, `value`, `event_ms`,
+    `ingest_ms`, `event_id`) from rows with their fields (`with_fields`): the one mapping
+    from a pipeline's input columns to elements (`model.input_rules.input_of`)."""
+    return [field_value(f).alias(f.column) for f in input_of(spec).fields]
+
+
+def _content(rows: "DataFrame") -> "Column":
+    """A hash of a row's input columns: the last tie-breaker between deliveries of an event
+    with equal times (`model.input_rules.DELIVERY_ORDER`), so every run picks the same one.
+    Columns Spark cannot hash (maps) are left out."""
+    from pyspark.sql import functions as F
+
+    hashable = [F.col(f"`{f.name}`") for f in rows.schema.fields
+                if not f.name.startswith("_dataflow_") and _hashable(f.dataType)]
+    return F.xxhash64(*hashable) if hashable else F.lit(0).cast("bigint")
+
+
+def _hashable(data_type) -> bool:
+    from pyspark.sql.types import ArrayType, MapType, StructType
+
+    if isinstance(data_type, MapType):
+        return False
+    if isinstance(data_type, ArrayType):
+        return _hashable(data_type.elementType)
+    if isinstance(data_type, StructType):
+        return all(_hashable(f.dataType) for f in data_type.fields)
+    return True
 
 
 def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = None,
              duplicates_within: "Column | None" = None) -> "DataFrame":
-    """Accepted rows as elements, each event once: the first delivery (earliest ingest)
-    of each event id wins; later deliveries are duplicates.
+    """Accepted rows as elements, each event once: the first delivery (earliest ingest,
+    then event time, then content: `model.input_rules.DELIVERY_ORDER`) of each event id
+    wins; later deliveries are duplicates.
 
     With `within` (the rows a run accounts for, e.g. those of its range), one pass over the
     input also yields what its ledger and quarantine need: the bad rows for which `within`
@@ -150,27 +375,24 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     from pyspark.sql import functions as F
 
     ok = F.size(_TAGS) == 0
-    cols = [(c, F.expr(e)) for c, e in spec.key.items()] + [
-        ("value", F.expr(spec.value)),
-        ("event_ms", F.unix_millis(F.expr(spec.event_time))),
-        ("ingest_ms", F.unix_millis(F.expr(spec.ingest_time))),
-        ("event_id", F.expr(spec.event_id).cast("string")),
-    ]
+    order = [*DELIVERY_ORDER, _CONTENT]
     if within is None:
         counted = F.lit(True) if duplicates_within is None else duplicates_within
-        rows = tagged.where(ok).select(*[e.alias(c) for c, e in cols], counted.cast("int").alias("_within"))
-        event = Window.partitionBy("event_id").orderBy("ingest_ms", "event_ms")
+        rows = tagged.where(ok).select(*element_columns(spec), _content(tagged).alias(_CONTENT),
+                                       counted.cast("int").alias("_within"))
+        event = Window.partitionBy("event_id").orderBy(*order)
         whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         kept = F.col("_delivery") == 1
     else:
-        inputs = [F.col(f"`{c}`") for c in tagged.columns if c != _TAGS]
+        inputs = [F.col(f"`{c}`") for c in input_columns(tagged)]
         refused = F.when(~ok, F.struct(*inputs, F.array_join(F.col(_TAGS), "; ").alias(REASON)))
         rows = tagged.where(ok | within).select(
-            *[F.when(ok, e).alias(c) for c, e in cols], refused.alias(REFUSED),
+            *[F.when(ok, field_value(f)).alias(f.column) for f in input_of(spec).fields],
+            F.when(ok, _content(tagged)).alias(_CONTENT), refused.alias(REFUSED),
             (ok & within).cast("int").alias("_within"), (~ok).alias("_refused"))
         # One window spec (partitioned on a column, not an expression) for both functions:
         # one shuffle and one sort of the input.
-        event = Window.partitionBy("event_id", "_refused").orderBy("ingest_ms", "event_ms")
+        event = Window.partitionBy("event_id", "_refused").orderBy(*order)
         whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
         rows = rows.withColumn(DELIVERIES, F.sum("_within").over(whole))  # refused rows apart: none is a duplicate
         kept = (F.col("_delivery") == 1) | F.col("_refused")
@@ -178,7 +400,14 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     if within is not None or duplicates_within is not None:  # same window: no second shuffle or sort
         lost = F.when(F.col("_delivery") > 1, F.col("_within")).otherwise(F.lit(0))
         rows = rows.withColumn(DUPLICATES, F.sum(lost).over(whole).cast("bigint"))
-    return rows.where(kept).drop("_delivery", "_within", "_refused")
+    return rows.where(kept).drop("_delivery", "_within", "_refused", _CONTENT)
+
+
+def refused() -> "Column":
+    """Whether a tagged row (`tag_rows`) breaks a rule."""
+    from pyspark.sql import functions as F
+
+    return F.size(_TAGS) > 0
 
 
 def read_counts(tagged: "DataFrame") -> "DataFrame":

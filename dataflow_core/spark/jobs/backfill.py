@@ -31,6 +31,7 @@ import datetime as dt
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, first_line
+from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import format_instant
 from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
@@ -239,7 +240,7 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
         if attempt == 0:
             els, cached = read.elements, read.cached
         else:
-            cached = range_elements(spark, spec, read_span, version, span)
+            cached = range_elements(spark, spec, read_span, version, span, ProcessingTime(run.now))
             els = cached.drop(DUPLICATES)
         finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
         finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))

@@ -13,9 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import DUPLICATES, elements, quarantined, read_counts, tag_rows
+from dataflow_core.spark.input.rows import DUPLICATES, elements, explained, quarantined, read_counts, selected, tag_rows
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed
@@ -69,9 +70,7 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     if rows is None:
         crash_point("deduplicated")
         return Accepted(None, ())
-    if spec.where:
-        rows = rows.where(F.expr(spec.where))
-    tagged = persist_uncompressed(tag_rows(spark, spec, rows))
+    tagged = persist_uncompressed(tag_rows(spark, spec, selected(spec, rows), ProcessingTime(rec.now)))
     candidates = elements(spec, tagged, duplicates_within=F.lit(True))
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
     if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
@@ -94,7 +93,8 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
 
     def bad_rows(session: "SparkSession") -> None:
-        write_quarantine(session, spec, quarantined(tagged), f"batch-{rec.batch}", txn("quarantine"), per_delivery=True)
+        write_quarantine(session, spec, explained(spec, quarantined(tagged)), f"batch-{rec.batch}", txn("quarantine"),
+                         per_delivery=True)
         crash_point("quarantined")
 
     def seen_ids(session: "SparkSession") -> None:

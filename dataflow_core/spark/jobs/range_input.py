@@ -12,10 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.windows import WindowFn
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import (
-    DELIVERIES, DUPLICATES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
+    DELIVERIES, DUPLICATES, REFUSED, EventRange, elements, explained, in_range, read_rows, tag_rows,
 )
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
@@ -27,13 +28,13 @@ if TYPE_CHECKING:
 
 
 def range_elements(spark, spec: PipelineSpec, read_span: EventRange, version: int | None = None,
-                   span: EventRange | None = None) -> "DataFrame":
-    """The elements of `read_span` (in the input as of `version`, else its latest),
-    persisted (not yet computed). With `span`, each has `DUPLICATES`: its deliveries in `span`
-    that lost the dedup (`rows.elements`)."""
+                   span: EventRange | None = None, at: ProcessingTime | None = None) -> "DataFrame":
+    """The elements of `read_span` (in the input as of `version`, else its latest; rows
+    future-dated at processing time `at` refused), persisted (not yet computed). With `span`,
+    each has `DUPLICATES`: its deliveries in `span` that lost the dedup (`rows.elements`)."""
     counted = None if span is None else in_range(spec, span)
-    return persist_uncompressed(elements(spec, tag_rows(spark, spec, read_rows(spark, spec, read_span, version)),
-                                         duplicates_within=counted))
+    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version), at)
+    return persist_uncompressed(elements(spec, tagged, duplicates_within=counted))
 
 
 @dataclass
@@ -57,13 +58,13 @@ def read_range(
     version: int | None = None, quarantine: bool = True,
 ) -> RangeRead:
     """The elements of `read_span` (a widening of `span`; in the input as of `version`, else
-    its latest). The rows of `span` fill in the ledger (read, quarantined, accepted,
+    its latest; rows future-dated at the run's processing time refused). The rows of `span` fill in the ledger (read, quarantined, accepted,
     duplicates), and its bad rows are quarantined (unless `quarantine` is false: a plan
     writes nothing but itself), in the background: the caller waits for that write
     (`RangeRead.wait`) before it unpersists the cache."""
     from pyspark.sql import functions as F
 
-    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version))
+    tagged = tag_rows(spark, spec, read_rows(spark, spec, read_span, version), ProcessingTime(run.now))
     both = persist_uncompressed(elements(spec, tagged, within=in_range(spec, span)))
     element = F.col(REFUSED).isNull()
     count_range(both, span, ledger)  # the job that computes `both`
@@ -72,7 +73,7 @@ def read_range(
     writes = None
     if ledger.quarantined and quarantine:
         bad = both.where(~element).select(f"{REFUSED}.*")
-        writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, bad, run.run_id)])
+        writes = begin_writes(spark, [lambda session: write_quarantine(session, spec, explained(spec, bad), run.run_id)])
     return RangeRead(both.where(element).drop(REFUSED, DELIVERIES, DUPLICATES), both, writes)
 
 
