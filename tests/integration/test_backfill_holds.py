@@ -269,6 +269,8 @@ def test_a_backfill_killed_while_it_holds_the_pipeline_stops_every_command_with_
         assert time.monotonic() - began < 60 and run_id in capsys.readouterr().err  # no wait for a dead holder
         with pytest.raises(AirflowFailException, match=f"held by backfill run {run_id}"):
             microbatch_task(PIPELINE)
+        with pytest.raises(PipelineStuck, match=run_id):  # a --loop stops (it retries only while busy)
+            run_loop(spark, PIPELINE, 0.5)
         assert main([*resume.split()[1:], "--warehouse", str(warehouse)]) == 0
         assert "resuming unfinished run " + run_id in capsys.readouterr().out
         _assert_one_history_each(spark, spec, rows)
@@ -313,6 +315,39 @@ def test_abandon_refuses_a_run_still_going_and_forced_no_commit_of_it_lands(spar
         assert "finished" not in statuses and "failed" in statuses, statuses
         assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02").ledger_ok  # the pipeline goes on
         _assert_one_history_each(spark, spec, rows + [late])
+
+
+def test_reject_and_reset_hold_the_pipeline_while_they_work(spark, tmp_path):
+    """Issue 63.5: `--reject` and `dataflow reset` take the pipeline as an apply or a backfill
+    does. While another run works holding it, both are busy and change nothing (a reject no
+    longer decides under an apply that could claim in between); once it is released, each
+    holds the pipeline for its work (a `started` record of its own run, then its outcome) and
+    leaves it free."""
+    from dataflow_core.spark.jobs.plans import reject_plan
+    from dataflow_core.spark.sinks.holds import release, take_hold
+    from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, plan_state
+
+    spec = _billing(f"t_claims_{time.time_ns() % 10**6}", AccumulationMode.RETRACTING)
+    with in_warehouse(spark, tmp_path / "wh"):
+        write_input(spark, spec.input_table, to_rows(VIEWS))
+        plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", plan_only=True)
+        other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
+        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+            reject_plan(spark, spec.name, plan.run_id)
+        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+            reset_pipeline(spark, spec.name)
+        assert plan_state(spark, plan.run_id).status == PLANNED and table_exists(spark, f"{spec.name}__seen_ids")
+        release(spark, spec, other.record, None)
+        assert reject_plan(spark, spec.name, plan.run_id) is None
+        assert plan_state(spark, plan.run_id).status == REJECTED
+        assert reset_pipeline(spark, spec.name) and not table_exists(spark, f"{spec.name}__seen_ids")
+        log = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch", "status")
+        held = [(r["status"], r["holder"].split("-")[0]) for r in log.collect()][-4:]
+        assert held == [("finished", "backfill reject"), ("started", "backfill reject"), ("started", "backfill reset"),
+                        ("reset", "reset")], held
+        runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{spec.name}' AND command IN ('reject', 'reset')")
+        assert sorted((r["command"], r["status"]) for r in runs.collect()) == [
+            ("reject", "finished"), ("reject", "started"), ("reset", "finished"), ("reset", "started")]
 
 
 def _mean_spec(name: str) -> PipelineSpec:

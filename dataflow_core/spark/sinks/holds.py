@@ -154,6 +154,11 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         say(f"run {run_id} had finished without releasing pipeline {spec.name}; released it")
         return None
     if note.get("command") == command and note.get("args") == text:
+        if note.get("owner") and holder_gone(spark, spec, latest) is None:  # two writers of one run: never
+            raise PipelineBusy(
+                f"pipeline {spec.name!r} is held by {command} run {run_id} ({_describe(note)}) with these arguments, "
+                f"which is still working ({_owner_of(spark, spec, latest)}); this run stopped before reading: wait "
+                "for it (--wait)")
         run = Run(run_id, spec.name, command, text, int(note["now"]), resumed=True)
         owner = this_owner()
         beat(spark, spec.name, run_id, owner)  # its owner now: this process
