@@ -336,11 +336,13 @@ def test_reject_and_reset_hold_the_pipeline_while_they_work(spark, tmp_path):
             reject_plan(spark, spec.name, plan.run_id)
         with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
             reset_pipeline(spark, spec.name)
-        assert plan_state(spark, plan.run_id).status == PLANNED and table_exists(spark, f"{spec.name}__seen_ids")
+        plans = f"{spec.stages[0].output}__corrections"  # the reject empties it, the reset drops it
+        assert plan_state(spark, plan.run_id).status == PLANNED and read_table(spark, plans).count()
         release(spark, spec, other.record, None)
         assert reject_plan(spark, spec.name, plan.run_id) is None
         assert plan_state(spark, plan.run_id).status == REJECTED
-        assert reset_pipeline(spark, spec.name) and not table_exists(spark, f"{spec.name}__seen_ids")
+        assert not read_table(spark, plans).count()
+        assert plans in reset_pipeline(spark, spec.name) and not table_exists(spark, plans)
         log = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch", "status")
         held = [(r["status"], r["holder"].split("-")[0]) for r in log.collect()][-4:]
         assert held == [("finished", "backfill reject"), ("started", "backfill reject"), ("started", "backfill reset"),
