@@ -26,7 +26,7 @@ from __future__ import annotations
 import getpass
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.input.rows import EventRange
@@ -129,7 +129,7 @@ def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: s
         forget_run_plans(spark, spec.stages, run_id)
         finish_run(spark, hold.run, Ledger())
     except BaseException as exc:
-        fail_run(spark, hold.run, f"{type(exc).__name__}: {exc}"[:500])
+        fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
         raise
     release(spark, spec, hold.record, None)
     say(f"plan {run_id} of {spec.name} rejected; no table of the pipeline was changed")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import PipelineBusy
+from dataflow_core.errors import PipelineBusy, first_line
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
 from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
@@ -65,7 +65,7 @@ def reset_pipeline(
             number = mark_reset(spark, spec)  # the hold ends with it: what came before is another life
             finish_run(spark, hold.run, Ledger())
         except BaseException as exc:
-            fail_run(spark, hold.run, f"{type(exc).__name__}: {exc}"[:500])
+            fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
             raise
     forget_beat(spark, spec.name, hold.run.run_id)
     say(f"pipeline {spec.name}: deleted {', '.join(deleted) or 'nothing'}; live runs start afresh "
