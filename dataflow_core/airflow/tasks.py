@@ -283,13 +283,18 @@ def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
 
 def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
               gates: Mapping[str, Any] | None = None, say: Say = log_info,
-              input_gate: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The run's status and its gates' outcomes first (`headline`), then the days' ledgers
-    added up: one line per day and the totals. Runs after failures too (the DAGs give it
-    trigger rule all_done), so whoever opens this one log learns what happened."""
+              input_gate: Mapping[str, Any] | None = None, warehouse: str | None = None) -> dict[str, Any]:
+    """The run's status and its gates' outcomes first (`headline`), then a line per day that
+    did not finish naming its run and the commands that resume and abandon it
+    (`unfinished_days`), then the days' ledgers added up: one line per day and the totals.
+    Runs after failures too (the DAGs give it trigger rule all_done), so whoever opens this
+    one log learns what happened."""
     rows = sorted((d for d in days if d), key=lambda d: d["day"])
     ok, line = headline(plan, rows, input_gate, gates)
     say(line)
+    unfinished = [] if plan.get("require_approval") else unfinished_days(plan, rows, warehouse)
+    for text in unfinished:
+        say(text)
     total = {k: sum(int(d["ledger"].get(k, 0)) for d in rows) for k in LEDGER_KEYS}
     balanced = all(d.get("ledger_ok") for d in rows) and len(rows) == len(plan.get("days", rows))
     width = max(len(k) for k in LEDGER_KEYS)
@@ -308,7 +313,74 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
         _say_docs_link(docs, say)
     # Small: Airflow logs the returned value on one line ("Returned value was: ...").
     return {"pipeline": plan.get("pipeline"), "days": len(rows), "read": total["read"], "panes": total["panes"],
-            "ledger_ok": balanced, "succeeded": ok, "run_ids": [d["run_id"] for d in rows]}
+            "ledger_ok": balanced, "succeeded": ok, "run_ids": [d["run_id"] for d in rows],
+            **({"unfinished": unfinished} if unfinished else {})}
+
+
+def unfinished_days(plan: Mapping[str, Any], done: Iterable[Mapping[str, Any]], warehouse: str | None = None) -> list[str]:
+    """One line per day of `plan` that did not finish: its latest run (a failed task returns
+    nothing, so the run is found in `dataflow_runs`, read without Spark), what happened to it
+    and when, and the commands that resume and abandon it."""
+    finished = {d["day"] for d in done}
+    missing = [day for day in plan.get("days") or [] if day not in finished]
+    if not missing:
+        return []
+    pipeline = str(plan.get("pipeline"))
+    try:
+        runs = _day_runs(pipeline, warehouse)
+    except Exception as exc:  # noqa: BLE001 - the summary must say what it can
+        return [f"days {', '.join(missing)} did not finish; cannot tell their runs: {' '.join(str(exc).split())[:300]}"]
+    return [_unfinished_day(pipeline, day, runs.get(day)) for day in missing]
+
+
+def _day_runs(pipeline: str, warehouse: str | None) -> dict[str, dict[str, Any]]:
+    """The latest backfill run of each day (a run over [day, day + 1)) of `pipeline`: its id,
+    command, arguments and last status, with when and why when it failed."""
+    import json
+
+    from dataflow_core.model.time import format_instant
+    from dataflow_core.query import list_tables, literal, query
+
+    if "dataflow_runs" not in list_tables(warehouse):
+        return {}
+    rows = query("SELECT run_id, command, args, status, recorded_at, reason FROM dataflow_runs WHERE pipeline = "
+                 f"{literal(pipeline)} ORDER BY recorded_at", warehouse).table.to_pylist()
+    runs: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        args = json.loads(row["args"] or "{}")
+        start, end = args.get("start"), args.get("end")
+        if not start or not end or row["command"] not in ("backfill", "replay"):
+            continue
+        first = dt.datetime.fromisoformat(start.replace("Z", "+00:00"))
+        day = first.date().isoformat()
+        if format_instant(int(first.timestamp() * 1000) + 86_400_000) != end:
+            continue  # not one day's run
+        run = runs.get(day)
+        if run is None or run["run_id"] != row["run_id"]:
+            run = runs[day] = {**row, "statuses": set()}
+        run["statuses"].add(row["status"])
+        if row["status"] == "failed":
+            run.update(failed_at=row["recorded_at"], reason=row["reason"])
+    return runs
+
+
+def _unfinished_day(pipeline: str, day: str, run: Mapping[str, Any] | None) -> str:
+    from dataflow_core.spark.sinks.runs import FINISHED, resume_command
+
+    if run is None:
+        return (f"day {day} did not finish and started no run (its backfill_day task's log says why: the pipeline may "
+                "be held by another run, named there)")
+    if FINISHED in run["statuses"]:
+        return f"day {day}: run {run['run_id']} finished, but its task did not (see the backfill_day task's log)"
+    if "abandoned by the operator" in str(run.get("reason")):
+        return f"day {day}: run {run['run_id']} was abandoned at {run['failed_at']:%Y-%m-%d %H:%M:%S} UTC; run the day again"
+    if run.get("failed_at") is not None:
+        what = f"failed at {run['failed_at']:%Y-%m-%d %H:%M:%S} UTC ({' '.join(str(run['reason']).split())[:300]})"
+    else:
+        what = "did not finish (its process stopped)"
+    return (f"day {day}: run {run['run_id']} {what}; it holds the pipeline until resumed or abandoned: resume it with "
+            f"`{resume_command(pipeline, run['run_id'], run['command'], run['args'])}` (or clear the day's task), or "
+            f"abandon it (its writes undone) with `dataflow backfill --pipeline {pipeline} --abandon {run['run_id']}`")
 
 
 def as_list(pulled: Any) -> list[Any]:

@@ -14,7 +14,9 @@ import os
 import sys
 from typing import NoReturn, Sequence
 
-from dataflow_core.errors import BUSY_EXIT, ConcurrentCommit, DataflowError, PipelineBusy, first_line, is_concurrent
+from dataflow_core.errors import (
+    BUSY_EXIT, STUCK_EXIT, ConcurrentCommit, DataflowError, PipelineBusy, PipelineStuck, first_line, is_concurrent,
+)
 
 # Subcommand modules, in the order `--help` lists them.
 SUBCOMMANDS = ("pipelines", "check", "backfill", "plan", "microbatch", "reset", "replay", "diagram", "generate", "sql")
@@ -85,6 +87,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if "--wait" in str(exc) else " (run with --wait to wait for it)"
         print(f"dataflow {args.command}: busy: {exc}{hint}", file=sys.stderr)
         return BUSY_EXIT
+    except PipelineStuck as exc:  # held by a run that is gone or failed: waiting would not help
+        if args.verbose:
+            raise
+        print(f"dataflow {args.command}: stuck: {exc}", file=sys.stderr)
+        return STUCK_EXIT
     except DataflowError as exc:
         if args.verbose:
             raise

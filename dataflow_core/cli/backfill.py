@@ -20,9 +20,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "ingest-time order as micro-batches of --batch-interval and writes the pane history "
             "a live pipeline would have emitted. A run holds the pipeline from before it reads until it has "
             "finished: a micro-batch or another backfill that finds it held exits with status 75 (or waits, "
-            "with --wait); a run killed anywhere resumes when run again with the same arguments, reading the "
+            "with --wait) while the holding run works, and with status 76 and one line naming it when it is "
+            "gone or failed; a run killed anywhere resumes when run again with the same arguments, reading the "
             "input version it pinned. --abandon RUN_ID undoes a run that fails on every re-run and releases "
-            "the pipeline. To approve a backfill's corrections before they land: --plan-only stores them and "
+            "the pipeline (a run still working only with --force). To approve a backfill's corrections before they land: --plan-only stores them and "
             "applies nothing, `dataflow plan show RUN_ID` prints them, then --apply RUN_ID applies them once "
             "(refused if the input or an output table changed since) or --reject RUN_ID discards them."
         ),
@@ -37,7 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--abandon", default=None, metavar="RUN_ID",
                    help="undo the unfinished run RUN_ID that holds the pipeline (it fails on every re-run): restore "
                         "the pipeline's tables to the versions its hold found, record it failed, release the "
-                        "pipeline; make sure no process of it is still going")
+                        "pipeline; refused while the run is still working, unless --force")
+    p.add_argument("--force", action="store_true",
+                   help="with --abandon: abandon the run even though it is still working (its commits from then on "
+                        "are refused, and it stops at its next one)")
     p.add_argument("--plan-only", action="store_true",
                    help="plan the corrections and store them (see `dataflow plan show RUN_ID`), apply nothing, "
                         "release the pipeline")
@@ -103,6 +107,8 @@ def _decision(args: argparse.Namespace) -> str | None:
         raise DataflowError(f"--{given[0]} RUN_ID acts on that run; give no range, --replay or --plan-only with it")
     if args.decided_by is not None and given[:1] not in (["apply"], ["reject"]):
         raise DataflowError("--decided-by goes with --apply or --reject")
+    if args.force and given[:1] != ["abandon"]:
+        raise DataflowError("--force goes with --abandon RUN_ID")
     return given[0] if given else None
 
 
@@ -113,7 +119,7 @@ def _decide(spark, args: argparse.Namespace, decision: str, wait_s: float | None
     if decision == "abandon":
         from dataflow_core.spark.sinks.holds import abandon
 
-        abandon(spark, args.pipeline, args.abandon, say)
+        abandon(spark, args.pipeline, args.abandon, say, force=args.force)
         return 0
     from dataflow_core.spark.jobs.plans import apply_plan, decided, reject_plan
     from dataflow_core.spark.sinks.runs import PlanState

@@ -10,7 +10,7 @@ import threading
 import time
 
 from dataflow_core.cli.waiting import add_wait_option, until_free, wait_seconds
-from dataflow_core.errors import BUSY_EXIT
+from dataflow_core.errors import BUSY_EXIT, STUCK_EXIT
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,7 +22,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(Structured Streaming's Delta source, available-now trigger), fires due timers, "
             "delivers the batch, moves the watermark and writes panes, results and state through "
             "Delta MERGE, each write idempotent per batch. A run that finds another run of the "
-            f"pipeline holding it exits with status {BUSY_EXIT}."
+            f"pipeline holding it exits with status {BUSY_EXIT} while that run works, and with status "
+            f"{STUCK_EXIT} (a --loop too) when it is gone or failed, the line naming the commands that resume "
+            "and abandon it."
         ),
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")

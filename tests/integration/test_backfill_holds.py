@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
+import re
+import signal
 import subprocess
 import threading
 import time
@@ -19,7 +21,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
+from dataflow_core.airflow.tasks import summarize
+from dataflow_core.errors import BUSY_EXIT, STUCK_EXIT, DataflowError, PipelineBusy, PipelineStuck
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import MeanFn, SumFn
 from dataflow_core.model.panes import history_breaks
@@ -30,7 +33,7 @@ from dataflow_core.model.watermarks import HeuristicWatermark
 from dataflow_core.model.windows import FixedWindows
 from dataflow_core.pipelines import PipelineSpec, StageSpec, register
 from dataflow_core.spark.jobs.backfill import run_backfill
-from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
+from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, STOP_ENV, SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.platform.tables import read_table, table_exists
@@ -60,9 +63,24 @@ def _spec() -> PipelineSpec:
     return _billing(PIPELINE, AccumulationMode.RETRACTING)
 
 
-def _dataflow(warehouse: Path, modules: Path, *args: str) -> subprocess.Popen:
+def _dataflow(warehouse: Path, modules: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A real `dataflow` process on the pipeline `_spec` names, stderr apart."""
-    return dataflow_process(warehouse, modules, PIPELINE, *args, master="local[1]", stderr=subprocess.PIPE)
+    return dataflow_process(warehouse, modules, PIPELINE, *args, master="local[1]", stderr=subprocess.PIPE, env=env)
+
+
+def _read_until(proc: subprocess.Popen, text: str) -> list[str]:
+    """The process's output lines up to the first that holds `text` (failing if it ends first)."""
+    seen = []
+    for line in proc.stdout:  # type: ignore[union-attr]
+        seen.append(line)
+        if text in line:
+            return seen
+    pytest.fail(f"the process ended before saying {text!r}: {''.join(seen)}{proc.stderr.read()[-3000:]}")
+
+
+def _holding_run(proc: subprocess.Popen) -> str:
+    """The id of the run a `dataflow backfill` process holds the pipeline for, once it does."""
+    return re.search(r"run (\S+) holds pipeline", _read_until(proc, " holds pipeline ")[-1]).group(1)
 
 
 def _backfill_args(start: str, end: str, *more: str) -> list[str]:
@@ -184,14 +202,20 @@ def test_a_poison_row_in_a_backfills_range_is_undone_with_the_documented_command
         for _ in range(2):
             with pytest.raises(Exception, match="poison row"):
                 run_backfill(spark, spec.name, "2024-05-01", "2024-05-02")
-        with pytest.raises(PipelineBusy) as busy:
+        with pytest.raises(PipelineStuck, match="which failed at") as stuck:  # failed: not busy, stuck
             run_microbatch(spark, spec.name)
-        with pytest.raises(PipelineBusy, match="--abandon"):
+        with pytest.raises(PipelineStuck, match="--abandon"):
             run_backfill(spark, spec.name, "2024-05-02", "2024-05-03")
-        run_id = str(busy.value).split("--abandon ")[1].split("`")[0]
+        run_id = str(stuck.value).split("--abandon ")[1].split("`")[0]
         failed = read_table(spark, "dataflow_runs").where(f"run_id = '{run_id}' AND status = 'failed'").collect()
         # one line (a Python worker's error is recorded by its first line, which does not name it)
         assert failed and all(r["reason"] and "\n" not in r["reason"] for r in failed), failed
+        said: list[str] = []  # the backfill DAG's summary of that day names the run and how to resume it
+        plan = {"pipeline": spec.name, "start": "2024-05-01", "end": "2024-05-02", "days": ["2024-05-01"]}
+        assert not summarize(plan, [], None, said.append, None, warehouse=str(warehouse))["succeeded"]
+        resume = f"dataflow backfill --pipeline {spec.name} --start 2024-05-01T00:00:00.000Z --end 2024-05-02T00:00:00.000Z"
+        assert said[0].startswith("FAILED: ") and said[1].startswith(f"day 2024-05-01: run {run_id} failed at "), said
+        assert f"`{resume}`" in said[1] and f"--abandon {run_id}`" in said[1], said
         assert main(["backfill", "--pipeline", spec.name, "--abandon", run_id, "--warehouse", str(warehouse)]) == 0
         assert _tables(spark, spec) == before
         _delete(spark, spec.input_table, "poison")
@@ -230,6 +254,121 @@ def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the
         with pytest.raises(DataflowError, match="before the processing time of the pipeline's last batch"):
             run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0))
         assert reset_pipeline(spark, spec.name)
+
+
+def test_a_backfill_killed_while_it_holds_the_pipeline_stops_every_command_with_one_line(spark, tmp_path, capsys):
+    """Issue 63.1: a backfill process group SIGKILLed while it holds the pipeline. The next
+    micro-batch exits with the stuck status (76, not busy) and one line naming the run, what
+    happened to it and the commands that resume and abandon it; `--wait` ends at once with it;
+    the Airflow micro-batch task fails on it (a skip would hide it). The resume command the
+    line names then finishes the run, and the tables are a recomputation's."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dataflow_core.airflow.batch_task import microbatch_task
+    from dataflow_core.cli import main
+
+    spec, rows = _spec(), to_rows(VIEWS)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        write_input(spark, spec.input_table, rows)
+        proc = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-02"))
+        run_id = _holding_run(proc)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=60)
+        capsys.readouterr()
+        assert main(["microbatch", "--pipeline", PIPELINE, "--warehouse", str(warehouse)]) == STUCK_EXIT
+        lines = capsys.readouterr().err.strip().splitlines()
+        resume = f"dataflow backfill --pipeline {PIPELINE} --start 2024-05-01T00:00:00.000Z --end 2024-05-02T00:00:00.000Z"
+        assert len(lines) == 1 and lines[0].startswith("dataflow microbatch: stuck: "), lines
+        assert f"run {run_id} " in lines[0] and f"its process (pid {proc.pid} on host " in lines[0], lines
+        assert "is gone, last heartbeat " in lines[0] and f"`{resume}`" in lines[0], lines
+        assert f"`dataflow backfill --pipeline {PIPELINE} --abandon {run_id}`" in lines[0], lines
+        began = time.monotonic()
+        assert main([*_backfill_args("2024-05-02", "2024-05-03", "--wait"), "--warehouse", str(warehouse)]) == STUCK_EXIT
+        assert time.monotonic() - began < 60 and run_id in capsys.readouterr().err  # no wait for a dead holder
+        with pytest.raises(AirflowFailException, match=f"held by backfill run {run_id}"):
+            microbatch_task(PIPELINE)
+        with pytest.raises(PipelineStuck, match=run_id):  # a --loop stops (it retries only while busy)
+            run_loop(spark, PIPELINE, 0.5)
+        assert main([*resume.split()[1:], "--warehouse", str(warehouse)]) == 0
+        assert "resuming unfinished run " + run_id in capsys.readouterr().out
+        _assert_one_history_each(spark, spec, rows)
+
+
+def test_abandon_refuses_a_run_still_going_and_forced_no_commit_of_it_lands(spark, tmp_path, capsys):
+    """Issue 63.6: a backfill correcting a late view stops itself (its whole process group,
+    SIGSTOP) right after its pane log's commit, its stage's other commits under way or not
+    begun. `--abandon` refuses it, naming its process; `--abandon --force` restores the tables
+    and releases the pipeline. Let go (SIGCONT), the run stops without landing a commit: the
+    tables are exactly what they were before it, and it never records itself finished."""
+    from dataflow_core.cli import main
+
+    spec, rows = _spec(), to_rows(VIEWS)
+    late = ("late-1", "u9", "ad1", "23", DAY0 + 60 * S, DAY0 + 20 * M)
+    warehouse = tmp_path / "wh"
+    with in_warehouse(spark, warehouse):
+        write_input(spark, spec.input_table, rows)
+        assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02").ledger_ok
+        before = _tables(spark, spec)
+        write_input(spark, spec.input_table, [late], mode="append")
+        stop = {CRASH_ENV: f"{spec.stages[0].output}-corrected-panes", STOP_ENV: "1"}
+        proc = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-02"), env=stop)
+        try:
+            run_id = _holding_run(proc)
+            _read_until(proc, "[crash switch] stopping at")
+            while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+                time.sleep(0.1)
+            abandon = ["backfill", "--pipeline", PIPELINE, "--abandon", run_id, "--warehouse", str(warehouse)]
+            capsys.readouterr()
+            assert main(abandon) == 2
+            refused = capsys.readouterr().err
+            assert "is still working" in refused and f"pid {proc.pid}" in refused and "--force" in refused, refused
+            assert _tables(spark, spec) != before  # its pane log's commit landed
+            assert main([*abandon, "--force"]) == 0
+        finally:
+            os.killpg(proc.pid, signal.SIGCONT)
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode != 0, out + err[-3000:]
+        assert _tables(spark, spec) == before
+        statuses = {r["status"] for r in read_table(spark, "dataflow_runs").where(f"run_id = '{run_id}'").collect()}
+        assert "finished" not in statuses and "failed" in statuses, statuses
+        assert run_backfill(spark, PIPELINE, "2024-05-01", "2024-05-02").ledger_ok  # the pipeline goes on
+        _assert_one_history_each(spark, spec, rows + [late])
+
+
+def test_reject_and_reset_hold_the_pipeline_while_they_work(spark, tmp_path):
+    """Issue 63.5: `--reject` and `dataflow reset` take the pipeline as an apply or a backfill
+    does. While another run works holding it, both are busy and change nothing (a reject no
+    longer decides under an apply that could claim in between); once it is released, each
+    holds the pipeline for its work (a `started` record of its own run, then its outcome) and
+    leaves it free."""
+    from dataflow_core.spark.jobs.plans import reject_plan
+    from dataflow_core.spark.sinks.holds import release, take_hold
+    from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, plan_state
+
+    spec = _billing(f"t_claims_{time.time_ns() % 10**6}", AccumulationMode.RETRACTING)
+    with in_warehouse(spark, tmp_path / "wh"):
+        write_input(spark, spec.input_table, to_rows(VIEWS))
+        plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", plan_only=True)
+        other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
+        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+            reject_plan(spark, spec.name, plan.run_id)
+        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+            reset_pipeline(spark, spec.name)
+        plans = f"{spec.stages[0].output}__corrections"  # the reject empties it, the reset drops it
+        assert plan_state(spark, plan.run_id).status == PLANNED and read_table(spark, plans).count()
+        release(spark, spec, other.record, None)
+        assert reject_plan(spark, spec.name, plan.run_id) is None
+        assert plan_state(spark, plan.run_id).status == REJECTED
+        assert not read_table(spark, plans).count()
+        assert plans in reset_pipeline(spark, spec.name) and not table_exists(spark, plans)
+        log = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch", "status")
+        held = [(r["status"], r["holder"].split("-")[0]) for r in log.collect()][-4:]
+        assert held == [("finished", "backfill reject"), ("started", "backfill reject"), ("started", "backfill reset"),
+                        ("reset", "reset")], held
+        runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{spec.name}' AND command IN ('reject', 'reset')")
+        assert sorted((r["command"], r["status"]) for r in runs.collect()) == [
+            ("reject", "finished"), ("reject", "started"), ("reset", "finished"), ("reset", "started")]
 
 
 def _mean_spec(name: str) -> PipelineSpec:

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import datetime as dt
 import itertools
+import re
 import shutil
 from collections import Counter
 
 import pytest
 
-from dataflow_core.errors import DataflowError, PipelineBusy
+from dataflow_core.errors import DataflowError, PipelineBusy, PipelineStuck
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.panes import history_breaks
 from dataflow_core.model.time import format_instant
@@ -69,9 +70,11 @@ def test_backfills_and_micro_batches_fence_each_other(spark, crash):
     with pytest.raises(SimulatedCrash):
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 14 * M))
     crash(None)
-    with pytest.raises(PipelineBusy, match=r"is held by backfill backfill-\w+"):
+    # (it failed, so it stands until resumed or abandoned: not busy, stuck, and saying how to resume it)
+    resume = f"`dataflow backfill --pipeline {spec.name} --start 2024-05-01T00:00:00.000Z --end 2024-05-02T00:00:00.000Z`"
+    with pytest.raises(PipelineStuck, match=r"is held by backfill run backfill-\w+ .*which failed at .*SimulatedCrash"):
         run_microbatch(spark, spec.name, now=format_instant(DAY0 + 15 * M))
-    with pytest.raises(PipelineBusy, match="is held by backfill run"):  # another backfill (other arguments) waits too
+    with pytest.raises(PipelineStuck, match=re.escape(resume)):  # another backfill (other arguments) too
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-03", now=format_instant(DAY0 + 14 * M))
     assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02",
                         now=format_instant(DAY0 + 14 * M)).ledger_ok  # the same backfill finishes

@@ -53,18 +53,21 @@ def _spec():
 
 
 def dataflow_process(warehouse: Path, modules: Path, pipeline: str, *args: str, master: str = "local[2]",
-                     stderr: int = subprocess.STDOUT) -> subprocess.Popen:
+                     stderr: int = subprocess.STDOUT, env: dict[str, str] | None = None) -> subprocess.Popen:
     """A real `dataflow ARGS` process (its own session: it can be killed as a group) on the
     retracting billing pipeline `pipeline`, which it loads from a module written to
-    `modules`; stderr into stdout unless `stderr` says otherwise."""
+    `modules`; stderr into stdout unless `stderr` says otherwise; `env`: more of its
+    environment (the crash switch's, say: the test's own is never inherited)."""
     (modules / f"{pipeline}_pipelines.py").write_text(
         "from dataflow_core.model.accumulation import AccumulationMode\n"
         "from tests.integration.test_one_history import _billing\n"
         f"_billing({pipeline!r}, AccumulationMode.RETRACTING)\n")
+    more = env or {}
     env = {**os.environ, "DATAFLOW_WAREHOUSE": str(warehouse), "DATAFLOW_SPARK_MASTER": master,
            "PYTHONPATH": f"{modules}:{REPO}", "DATAFLOW_PIPELINES": f"{pipeline}_pipelines", "PYTHONUNBUFFERED": "1"}
     env.pop(CRASH_ENV, None)
     env.pop(RAISE_ENV, None)
+    env.update(more)
     return subprocess.Popen([sys.executable, "-m", "dataflow_core", *args], env=env, cwd=REPO,
                             stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
 

@@ -47,7 +47,10 @@ from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
-from dataflow_core.spark.sinks.holds import Hold, check_hold, planned_from, release, release_finished, take_hold
+from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
+from dataflow_core.spark.sinks.holds import (
+    Hold, check_hold, fenced_commits, planned_from, release, release_finished, take_hold,
+)
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
     APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,
@@ -130,26 +133,29 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
     applied) or failed, and the hold released last (until then, a re-run resumes this run)."""
     run = hold.run
     planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
-    try:
-        if replay:
-            ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
-        else:
-            ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
-        check_hold(spark, spec, hold)
-        if plan_only:
-            versions = planned_from(spec, hold)
-            store_previews(spark, spec, run, versions)
-            record_planned(spark, run, ledger, versions)
-            result = RunResult(run.run_id, ledger.as_dict(), run.now)
-        else:
-            result = finish_run(spark, run, ledger)
-            record_definitions(spark, spec)
-            if decided_by is not None:
-                record_decision(spark, run, APPLIED, decided_by)
-        crash_point("backfill-finished")
-    except BaseException as exc:
-        _record_failure(spark, run, exc)
-        raise
+    # While it works, the run beats (others tell it from a run that is gone) and each of its
+    # commits checks its hold first (an abandoned run writes nothing more).
+    with Heartbeat(spark, spec.name, run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+        try:
+            if replay:
+                ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
+            else:
+                ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
+            check_hold(spark, spec, hold)
+            if plan_only:
+                versions = planned_from(spec, hold)
+                store_previews(spark, spec, run, versions)
+                record_planned(spark, run, ledger, versions)
+                result = RunResult(run.run_id, ledger.as_dict(), run.now)
+            else:
+                result = finish_run(spark, run, ledger)
+                record_definitions(spark, spec)
+                if decided_by is not None:
+                    record_decision(spark, run, APPLIED, decided_by)
+            crash_point("backfill-finished")
+        except BaseException as exc:
+            _record_failure(spark, run, exc)
+            raise
     if plan_only:
         say(f"run {run.run_id} planned its corrections and applied none; the pipeline is released. "
             f"See them: dataflow plan show {run.run_id}; apply: dataflow backfill --pipeline {spec.name} "

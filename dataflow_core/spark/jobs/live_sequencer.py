@@ -36,9 +36,8 @@ from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, tabl
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, claim, fence, log_version, next_batch, read_log, records,
-    refuse_if_backfill_holds,
 )
-from dataflow_core.spark.sinks.holds import ensure_control_tables, release_if_finished
+from dataflow_core.spark.sinks.holds import ensure_control_tables, refuse_if_held, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
@@ -63,7 +62,7 @@ def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say
     pending = records(spark, spec)
     if pending and release_if_finished(spark, spec, pending[0]):
         pending = records(spark, spec)
-    refuse_if_backfill_holds(spec, pending[0] if pending else None)
+    refuse_if_held(spark, spec, pending[0] if pending else None)
     finished = None
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
@@ -113,7 +112,7 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
     # a backfill's hold of a pipeline not yet live carries no live clock: not a batch to follow
     last_finished = next((r for r in known if r["status"] == "finished"), None) if log.ran_live else None
     latest = known[0] if known else None
-    refuse_if_backfill_holds(spec, latest)
+    refuse_if_held(spark, spec, latest)
     if stream_batch is not None:
         done_stream, done_id, done_batch = log.committed
         if done_id is not None and stream_id is not None and done_id != stream_id:

@@ -16,7 +16,10 @@ applies exactly the stored plan as a resumed run would. A refused plan is record
 
 Exactly once: an apply is a run holding the pipeline, so two at once are one writer and one
 busy; a plan already applied or rejected is not applied (the caller is told by whom and
-when), and an apply killed midway is resumed by `--apply` again, its writes idempotent.
+when), and an apply killed midway is resumed by `--apply` again, its writes idempotent. A
+reject holds the pipeline too (a run of its own, `reject`), so an apply and a reject of one
+plan exclude each other: whichever holds it first decides, the other is busy and then finds
+the plan decided. A reject killed midway is resumed by the same `--reject`.
 """
 
 from __future__ import annotations
@@ -24,19 +27,24 @@ from __future__ import annotations
 import getpass
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import DataflowError
+from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.sinks.batches import holder_of, read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
-from dataflow_core.spark.sinks.holds import BACKFILL_HOLDER, Hold, input_key, release, take_hold
-from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, PlanState, RunResult, plan_state, record_decision
+from dataflow_core.spark.sinks.holds import BACKFILL_HOLDER, Hold, holder_gone, release, take_hold
+from dataflow_core.spark.sinks.runs import (
+    APPLIED, PLANNED, REJECTED, Ledger, PlanState, RunResult, args_text, fail_run, finish_run, plan_state,
+    record_decision,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Say = Callable[[str], None]
+REJECT = "reject"
+"""The command of a reject's run, which holds the pipeline while it decides."""
 
 
 def default_decider() -> str:
@@ -100,20 +108,43 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
 def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: str | None = None,
                 say: Say = lambda _m: None) -> PlanState | None:
     """Discard the stored plan `run_id`: recorded `rejected` by `decided_by`, its plans
-    dropped, no output table touched. The plan's state when it was already decided (None
-    when this call rejected it); refused while an apply of it holds the pipeline."""
+    dropped, no output table touched, all while holding the pipeline (see the module
+    docstring). The plan's state when it was already decided (None when this call rejected
+    it); refused while an apply of it holds the pipeline, busy while another run does."""
     spec = get(pipeline)
     state = planned_run(spark, pipeline, run_id)
-    if state.status != PLANNED:
-        return state
+    args = {"plan": run_id}
     latest = (read_log(spark, spec).records or [None])[0]
-    if latest and latest["status"] == "started" and holder_of(latest) == BACKFILL_HOLDER + run_id:
+    held = latest if latest and latest["status"] == "started" else None
+    if state.status != PLANNED and not (held and _note(held) == (REJECT, args_text(args))):
+        return state  # (unless a reject of it stopped midway: this one finishes it)
+    if held and holder_of(held) == BACKFILL_HOLDER + run_id and holder_gone(spark, spec, held) is None:
         raise DataflowError(f"run {run_id} holds pipeline {spec.name!r}: it is being applied (or planned) now; "
                             "nothing rejected")
-    record_decision(spark, state.run, REJECTED, decided_by or default_decider())
-    forget_run_plans(spark, spec.stages, run_id)
+    hold = take_hold(spark, spec, REJECT, args, None, say)
+    try:
+        again = plan_state(spark, run_id)  # an apply may have decided it before this run held the pipeline
+        if again is not None and again.status == APPLIED:
+            finish_run(spark, hold.run, Ledger())
+            release(spark, spec, hold.record, None)
+            return again
+        record_decision(spark, state.run, REJECTED, decided_by or default_decider())
+        forget_run_plans(spark, spec.stages, run_id)
+        finish_run(spark, hold.run, Ledger())
+    except BaseException as exc:
+        fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
+        raise
+    release(spark, spec, hold.record, None)
     say(f"plan {run_id} of {spec.name} rejected; no table of the pipeline was changed")
     return None
+
+
+def _note(record: dict) -> tuple[str | None, str | None]:
+    """The command and arguments of the run whose hold `record` is."""
+    import json
+
+    note = json.loads(record.get("reason") or "{}")
+    return note.get("command"), note.get("args")
 
 
 def staleness(spark: "SparkSession", spec: PipelineSpec, planned: dict[str, int], hold: Hold,

@@ -6,20 +6,27 @@ the stream checkpoint (and, on request, the stage outputs), then appends a `rese
 Delta transaction ids with them, and tables that stay (the outputs, `dataflow_batches`)
 never see an old batch number again, so no write of the new life is skipped as a retry of
 the old one. The next micro-batch reads the input from the start, as a new pipeline would.
+
+A reset holds the pipeline from before it deletes anything until its `reset` row (a run of
+its own, `reset`, claimed as a backfill claims it): nothing else writes meanwhile, and a
+reset that stops midway is finished by the same command (or abandoned).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Callable
 
-from dataflow_core.errors import PipelineBusy
-from dataflow_core.pipelines import get
+from dataflow_core.errors import PipelineBusy, first_line
+from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
 from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
+from dataflow_core.spark.sinks.holders import Heartbeat, forget_beat
+from dataflow_core.spark.sinks.holds import take_hold
 from dataflow_core.spark.sinks.lease import fresh_lease
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
+from dataflow_core.spark.sinks.runs import Ledger, fail_run, finish_run
 from dataflow_core.spark.sinks.seen_ids import seen_table
 
 if TYPE_CHECKING:
@@ -32,7 +39,8 @@ def reset_pipeline(
 ) -> list[str]:
     """Reset `pipeline` (see the module docstring); returns what was deleted. Refused while
     a run holds the pipeline, unless the operator abandons that unfinished micro-batch by its
-    number (`abandon`: it fails on every retry and cannot be skipped; no run of it may be going)."""
+    number (`abandon`: it fails on every retry and cannot be skipped; no run of it may be going);
+    PipelineStuck when the run holding it is gone or failed."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     lease = fresh_lease(spark, spec.name)
@@ -43,25 +51,35 @@ def reset_pipeline(
         )
     known = records(spark, spec)
     abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
-    if known and known[0]["status"] == "started" and holder_of(known[0]) != MICROBATCH:
-        raise PipelineBusy(
-            f"pipeline {spec.name!r} is held by {holder_of(known[0])}, which has not finished: run it again to finish "
-            f"it, or undo it (`dataflow backfill --pipeline {spec.name} --abandon "
-            f"{holder_of(known[0]).split(' ', 1)[-1]}`); reset refused, nothing deleted"
-        )
-    if known and known[0]["status"] == "started" and not abandoned:
+    if known and known[0]["status"] == "started" and holder_of(known[0]) == MICROBATCH and not abandoned:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: batch {known[0]['batch']} has not finished (running, or crashed: "
             "run it again to finish it, or skip it: `dataflow microbatch --pipeline "
             f"{spec.name} --skip-batch {known[0]['batch']}`); reset refused, nothing deleted"
         )
+    args = {"drop_outputs": drop_outputs, "abandon_batch": abandon}
+    hold = take_hold(spark, spec, "reset", args, None, say, past_batch=abandon if abandoned else None)
+    with Heartbeat(spark, spec.name, hold.run.run_id, hold.owner):
+        try:
+            deleted = _deleted(spark, spec, drop_outputs)
+            number = mark_reset(spark, spec)  # the hold ends with it: what came before is another life
+            finish_run(spark, hold.run, Ledger())
+        except BaseException as exc:
+            fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
+            raise
+    forget_beat(spark, spec.name, hold.run.run_id)
+    say(f"pipeline {spec.name}: deleted {', '.join(deleted) or 'nothing'}; live runs start afresh "
+        f"(next batch {number + 1}, reading the input from the start)")
+    return deleted
+
+
+def _deleted(spark: "SparkSession", spec: PipelineSpec, drop_outputs: bool) -> list[str]:
+    """The live state, seen ids, plans and stream checkpoint deleted (the outputs too with
+    `drop_outputs`); what was deleted."""
     tables = [seen_table(spec)] + [t for s in spec.stages for t in (state_table(s), plan_table(s))]
     if drop_outputs:
         tables += [t for s in spec.stages for t in (s.output, panes_table(s))]
     deleted = [t for t in tables if drop_table(spark, t)]
     if drop_path(spark, checkpoint_path(spark, spec.name)):
         deleted.append("stream checkpoint")
-    number = mark_reset(spark, spec)
-    say(f"pipeline {spec.name}: deleted {', '.join(deleted) or 'nothing'}; live runs start afresh "
-        f"(next batch {number + 1}, reading the input from the start)")
     return deleted

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, ContextManager, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Sequence
 
 from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.driver_delta import Txn
@@ -48,6 +48,26 @@ def settings_unless_configured(spark: "SparkSession", settings: dict[str, str]) 
     from dataflow_core.spark.platform.session import unless_configured
 
     return session_settings(spark, unless_configured(spark, settings))
+
+
+_COMMIT_CHECKS: list[Callable[[str], None]] = []
+
+
+@contextmanager
+def checked_commits(check: Callable[[str], None]) -> Iterator[None]:
+    """While inside, `check(table name)` runs before each commit this process makes through
+    `append_rows` or `merge_rows` (and raises to stop it): a held run's fence
+    (`sinks.holds.fenced_commits`)."""
+    _COMMIT_CHECKS.append(check)
+    try:
+        yield
+    finally:
+        _COMMIT_CHECKS.remove(check)
+
+
+def _before_commit(name: str) -> None:
+    for check in tuple(_COMMIT_CHECKS):
+        check(name)
 
 
 @contextmanager
@@ -87,6 +107,7 @@ def append_rows(
     """Append `rows` to table `name` (created on first write, partitioned by `partition_by`;
     a table that exists keeps its own layout), under `txn` when given; `note` goes into the
     commit's `userMetadata` (its log entry, readable without a query)."""
+    _before_commit(name)
     writer = rows.write.format("delta").mode("append").option("mergeSchema", "true")
     if partition_by and not table_exists(spark, name):
         writer = writer.partitionBy(*partition_by)
@@ -179,6 +200,7 @@ def merge_rows(
     Columns the table lacks are added (schema evolution). Returns rows changed."""
     from delta.tables import DeltaTable
 
+    _before_commit(name)
     if not table_exists(spark, name):
         created = _created_with(spark, name, rows, txn, cluster_by)
         if created is not None:

@@ -373,14 +373,3 @@ def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, claimed: list[int])
 
 def holder_of(record: dict) -> str:
     return record.get("holder") or MICROBATCH
-
-
-def refuse_if_backfill_holds(spec: PipelineSpec, latest: dict | None) -> None:
-    """A micro-batch does not start while a backfill holds the pipeline."""
-    if latest and latest["status"] == "started" and holder_of(latest) != MICROBATCH:
-        raise PipelineBusy(
-            f"pipeline {spec.name!r} is held by {holder_of(latest)} (batch {latest['batch']}), which is writing "
-            "its tables; this micro-batch stopped without writing and runs once the backfill has finished "
-            "(a backfill that failed finishes when run again with the same arguments, or is undone by "
-            f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`)"
-        )

@@ -17,16 +17,25 @@ the same idempotent key. A run whose hold no longer stands (it finished, or was 
 is never resumed: the next run with those arguments plans afresh from the input as it is
 then. The hold is released last, after the run is recorded as finished; a hold whose run
 finished but was not released yet (killed in between) is released by whoever finds it.
+
+A hold names its owner and beats while its run works (`sinks.holders`): a command that finds
+the pipeline held by a run that is gone or failed stops at once (PipelineStuck) with one line
+naming the run, what happened to it and when, and the commands that resume and abandon it;
+only a working holder makes it busy. Every commit of a held run is fenced: it checks that the
+hold stands first (`fenced_commits`), and an abandon marks the run's idempotent keys in every
+table as spent before it restores them, so a commit under way when the run was abandoned
+is refused by Delta itself (`_fence_keys`).
 """
 
 from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
-from dataflow_core.errors import DataflowError, PipelineBusy, first_line, is_concurrent
+from dataflow_core.errors import DataflowError, PipelineBusy, PipelineStuck, first_line, is_concurrent
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
@@ -35,12 +44,13 @@ from dataflow_core.spark.sinks.batches import (
     read_log,
 )
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
+from dataflow_core.spark.sinks.holders import Owner, beat, forget_beat, gone, last_beat, this_owner
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
 from dataflow_core.spark.sinks.runs import (
-    FINISHED, RUNS_SCHEMA, RUNS_TABLE, WATERMARKS_SCHEMA, WATERMARKS_TABLE, Ledger, Run, args_text, fail_run,
-    new_run, record_started, run_status,
+    FINISHED, PLANNED, RUNS_SCHEMA, RUNS_TABLE, WATERMARKS_SCHEMA, WATERMARKS_TABLE, Ledger, Run, args_text, fail_run,
+    last_failure, new_run, plan_state, record_started, resume_command, run_status,
 )
 from dataflow_core.spark.sinks.seen_ids import seen_table
 
@@ -57,6 +67,7 @@ class Hold:
 
     record: BatchRecord
     run: Run
+    owner: Owner | None = None  # this process, which took (or resumed) the run
 
     @property
     def input_version(self) -> int:
@@ -81,20 +92,22 @@ def pipeline_tables(spec: PipelineSpec) -> list[str]:
 
 def take_hold(
     spark: "SparkSession", spec: PipelineSpec, command: str, args: dict, now: Instant | None,
-    say: Callable[[str], None] = lambda _m: None, planned: Run | None = None,
+    say: Callable[[str], None] = lambda _m: None, planned: Run | None = None, past_batch: int | None = None,
 ) -> Hold:
     """Hold the pipeline for a run of `command` with `args` at processing time `now` (None:
     the clock): resume the run whose hold stands with these arguments, or claim the pipeline
     for a new run. PipelineBusy while another run holds it. The processing time of a new
     run is never before the last live batch's: an earlier `now` is refused, a clock behind
     it is moved up to it. `planned`: the run is that planned run (`--apply`), with its id,
-    arguments and processing time (`args` and `now` are ignored)."""
+    arguments and processing time (`args` and `now` are ignored). `past_batch`: an unfinished
+    micro-batch of this number is claimed past (`dataflow reset --abandon-batch`). PipelineStuck
+    when the run holding it is gone or failed."""
     ensure_control_tables(spark)
     text = planned.args if planned is not None else args_text(args)
     for _ in range(3):  # a finished run's hold, not yet released, is released and the log read again
         log = read_log(spark, spec)
         latest = log.records[0] if log.records else None
-        if latest is not None and latest["status"] == "started":
+        if latest is not None and latest["status"] == "started" and not _passed(latest, past_batch):
             held = _standing(spark, spec, latest, command, text, say)
             if held is None:
                 continue
@@ -102,7 +115,8 @@ def take_hold(
         last = next((r for r in log.records if r["status"] == FINISHED), None)
         run = (replace(planned, resumed=True) if planned is not None
                else new_run(spec.name, command, text, _processing_time(now, last)))
-        rec = _hold_record(spark, spec, next_batch(log.records), last, run)
+        owner = this_owner()
+        rec = _hold_record(spark, spec, next_batch(log.records), last, run, owner)
         try:
             claim(spark, spec, rec)  # PipelineBusy when another run claimed this number first
         except Exception as exc:
@@ -111,16 +125,22 @@ def take_hold(
             raise PipelineBusy(f"pipeline {spec.name!r}: another run claimed it at the same moment "
                                f"({first_line(exc)[:200]}); this run stopped before reading: try again, or "
                                "run with --wait") from None
-        hold = Hold(rec, run)
+        hold = Hold(rec, run, owner)
         _confirm(spark, spec, hold)
+        beat(spark, spec.name, run.run_id, owner)
         record_started(spark, run)
         return hold
     raise PipelineBusy(f"pipeline {spec.name!r}: its holds keep changing; try again")
 
 
+def _passed(latest: dict, past_batch: int | None) -> bool:
+    """Whether `latest` is the unfinished micro-batch the caller claims past."""
+    return past_batch is not None and holder_of(latest) == MICROBATCH and latest["batch"] == past_batch
+
+
 def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, say) -> Hold | None:
     """The hold `latest` stands: resumed when it is this run's, released (None) when its run
-    finished, else the pipeline is busy."""
+    finished, else the pipeline is busy (stuck, when its run is gone or failed)."""
     holder = holder_of(latest)
     if holder == MICROBATCH:
         raise PipelineBusy(
@@ -134,11 +154,21 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         say(f"run {run_id} had finished without releasing pipeline {spec.name}; released it")
         return None
     if note.get("command") == command and note.get("args") == text:
+        if note.get("owner") and holder_gone(spark, spec, latest) is None:  # two writers of one run: never
+            raise PipelineBusy(
+                f"pipeline {spec.name!r} is held by {command} run {run_id} ({_describe(note)}) with these arguments, "
+                f"which is still working ({_owner_of(spark, spec, latest)}); this run stopped before reading: wait "
+                "for it (--wait)")
         run = Run(run_id, spec.name, command, text, int(note["now"]), resumed=True)
+        owner = this_owner()
+        beat(spark, spec.name, run_id, owner)  # its owner now: this process
         record_started(spark, run)  # a run killed between its claim and this row
         say(f"resuming unfinished run {run_id} (processing time {format_instant(run.now)}, "
             f"input version {rec.versions.get(input_key(spec.name), -1)})")
-        return Hold(rec, run)
+        return Hold(rec, run, owner)
+    what = holder_gone(spark, spec, latest)
+    if what is not None:
+        raise PipelineStuck(stuck_line(spark, spec, latest, what))
     raise PipelineBusy(
         f"pipeline {spec.name!r} is held by {note.get('command', 'backfill')} run {run_id} ({_describe(note)}), "
         f"which has not finished; this run stopped before reading. Wait for it (--wait), run it again to finish it, "
@@ -161,6 +191,53 @@ def _confirm(spark, spec: PipelineSpec, hold: Hold) -> None:
 def _describe(note: dict) -> str:
     args = json.loads(note.get("args") or "{}")
     return ", ".join(f"{k} {v}" for k, v in args.items() if k in ("start", "end")) or "no range"
+
+
+def holder_gone(spark: "SparkSession", spec: PipelineSpec, latest: dict) -> str | None:
+    """What happened to the run whose hold `latest` is (None: it is working, as far as can be
+    told; `holders.gone`): its owner and heartbeat from its heartbeat file, else from its
+    claim, and its latest failure."""
+    run_id = holder_of(latest)[len(BACKFILL_HOLDER):]
+    note = json.loads(latest["reason"] or "{}")
+    owner, beat_at = last_beat(spark, spec.name, run_id)
+    if owner is None:
+        owner = Owner.of(note.get("owner"))
+        beat_at = owner.since if owner is not None else None
+    return gone(owner, beat_at, last_failure(spark, run_id), time.time())
+
+
+def stuck_line(spark: "SparkSession", spec: PipelineSpec, latest: dict, what: str) -> str:
+    """The one line of a command that found the pipeline held by a run that is gone or failed
+    (`what` happened to it): the run, and the commands that resume and abandon it."""
+    run_id = holder_of(latest)[len(BACKFILL_HOLDER):]
+    note = json.loads(latest["reason"] or "{}")
+    command, args = note.get("command", "backfill"), note.get("args") or "{}"
+    planned = bool(json.loads(args).get("plan_only")) and _is_planned(spark, run_id)
+    return (f"pipeline {spec.name!r} is held by {command} run {run_id} ({_describe(note)}), which {what}; nothing "
+            f"runs until it is resumed or abandoned: resume it with `{resume_command(spec.name, run_id, command, args, planned)}`"
+            f", or abandon it (its writes undone) with `dataflow backfill --pipeline {spec.name} --abandon {run_id}`")
+
+
+def _is_planned(spark, run_id: str) -> bool:
+    """Whether run `run_id` stored a plan still waiting for its decision (its hold is then its apply's)."""
+    state = plan_state(spark, run_id)
+    return state is not None and state.status == PLANNED
+
+
+def refuse_if_held(spark: "SparkSession", spec: PipelineSpec, latest: dict | None) -> None:
+    """A micro-batch does not start while another run holds the pipeline: busy while that run
+    works, stuck when it is gone or failed."""
+    if not latest or latest["status"] != "started" or holder_of(latest) == MICROBATCH:
+        return
+    what = holder_gone(spark, spec, latest) if holder_of(latest).startswith(BACKFILL_HOLDER) else None
+    if what is not None:
+        raise PipelineStuck(stuck_line(spark, spec, latest, what))
+    raise PipelineBusy(
+        f"pipeline {spec.name!r} is held by {holder_of(latest)} (batch {latest['batch']}), which is writing "
+        "its tables; this micro-batch stopped without writing and runs once that run has finished "
+        "(a run that stops finishes when run again with the same arguments, or is undone by "
+        f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`)"
+    )
 
 
 def _processing_time(now: Instant | None, last: dict | None) -> Instant:
@@ -192,13 +269,13 @@ def input_key(pipeline: str) -> str:
     return f"input:{pipeline}"
 
 
-def _hold_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: Run) -> BatchRecord:
+def _hold_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: Run, owner: Owner) -> BatchRecord:
     """The hold's record for `batch`: the live clock, watermarks and estimator of the last
-    finished batch (a hold changes none of them), the versions it pins and the run."""
+    finished batch (a hold changes none of them), the versions it pins, the run and its owner."""
     versions = {name: table_version(spark, name) for name in pipeline_tables(spec)}
     versions[input_key(spec.name)] = table_version(spark, spec.input_table)
     holder = BACKFILL_HOLDER + run.run_id
-    note = json.dumps({"command": run.command, "args": run.args, "now": run.now})
+    note = json.dumps({"command": run.command, "args": run.args, "now": run.now, "owner": owner.as_dict()})
     return BatchRecord(
         batch=batch, stream_batch=None, now=last["now_ms"] if last else 0, versions=versions, attempt=0,
         token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
@@ -261,17 +338,39 @@ def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
 
 def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger | None) -> None:
     """The run is done (recorded finished or failed first): its batch finishes, leaving the
-    live clock where it was."""
+    live clock where it was; its heartbeat goes."""
     append_record(spark, spec, rec, FINISHED, ledger)
+    if rec.holder.startswith(BACKFILL_HOLDER):
+        forget_beat(spark, spec.name, rec.holder[len(BACKFILL_HOLDER):])
 
 
-def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[str], None]) -> list[str]:
+@contextmanager
+def fenced_commits(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> Iterator[None]:
+    """While inside, every commit this process makes to a table of the pipeline checks first
+    that `hold` stands (`check_hold`), as a micro-batch's commits check their claim: a run
+    abandoned while it works writes nothing more."""
+    from dataflow_core.spark.platform.delta import checked_commits
+
+    tables = set(pipeline_tables(spec))
+
+    def check(name: str) -> None:
+        if name in tables:
+            check_hold(spark, spec, hold)
+
+    with checked_commits(check):
+        yield
+
+
+def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[str], None],
+            force: bool = False) -> list[str]:
     """The operator's way out of a backfill that fails on every re-run (a poison row, a key
     too big for a worker): every table of the pipeline goes back to the version its hold
     found (Delta's RESTORE; nothing else wrote them since), the run is recorded failed and
     the hold released, so micro-batches carry on as if it never ran. Refused for a run that
-    does not hold the pipeline. Returns the tables restored. The run must not be going: a
-    run still going stops at its next check of the hold (`check_hold`)."""
+    does not hold the pipeline, and for one still working unless `force`: then its
+    idempotent keys are spent in every table first (`_fence_keys`), so that no commit of it
+    lands after the RESTORE, and it stops at its next commit (`fenced_commits`). Returns the
+    tables restored."""
     from dataflow_core.pipelines import get
 
     spec = get(pipeline)
@@ -280,16 +379,60 @@ def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[st
     if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_HOLDER + run_id:
         what = "nothing" if not latest or latest["status"] != "started" else holder_of(latest)
         raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not hold it ({what} does); nothing abandoned")
+    what = holder_gone(spark, spec, latest)
+    if what is None and not force:
+        raise DataflowError(
+            f"pipeline {spec.name!r}: run {run_id} is still working ({_owner_of(spark, spec, latest)}); abandoning it "
+            "now would restore its tables under it, so nothing was abandoned: stop it first (the same command "
+            "resumes it later), or abandon it anyway with --force (its commits from then on are refused)")
     rec = _record_of(latest)
     note = json.loads(latest["reason"] or "{}")
+    if what is None:
+        say(f"run {run_id} is still working (--force): its commits are fenced before its tables are restored")
+    _fence_keys(spark, spec, run_id)  # also for a run taken for gone from another machine, which may be wrong
     restored = [name for name in pipeline_tables(spec) if _restore(spark, name, rec.versions.get(name, -1))]
     run = Run(run_id, spec.name, note.get("command", "backfill"), note.get("args", "{}"), int(note.get("now", 0)))
-    fail_run(spark, run, "abandoned by the operator (dataflow backfill --abandon); its writes were undone")
+    fail_run(spark, run, "abandoned by the operator (dataflow backfill --abandon); its writes were undone",
+             finished_spent=True)
     rec.note = json.dumps({**note, "abandoned": True})
     release(spark, spec, rec, None)
     say(f"pipeline {spec.name}: run {run_id} abandoned; restored {', '.join(restored) or 'no table'} to the versions "
         "its hold found; micro-batches and backfills may run again")
     return restored
+
+
+def _owner_of(spark, spec: PipelineSpec, latest: dict) -> str:
+    """The working holder's process and heartbeat, in words."""
+    run_id = holder_of(latest)[len(BACKFILL_HOLDER):]
+    owner, beat_at = last_beat(spark, spec.name, run_id)
+    owner = owner or Owner.of(json.loads(latest["reason"] or "{}").get("owner"))
+    where = owner.describe() if owner else "its process is not recorded"
+    return where + (f", last heartbeat {time.time() - beat_at:.0f} s ago" if beat_at else "")
+
+
+SPENT = 2**62
+"""The idempotent-key version an abandon commits under each of the run's keys: above any the
+run uses (0), so Delta skips every later commit of the run under its key."""
+
+
+def _fence_keys(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> None:
+    """Spend the run's idempotent keys (`dataflow:<pipeline>:<table>:<run id>`, and a plan's
+    preview's) in every table of the pipeline that exists: an empty commit under each at
+    version SPENT. A later commit of the run under its key is then skipped, and one under way
+    meanwhile fails (Delta checks the keys a commit read against those committed since), so
+    a run still working cannot write after the RESTORE that follows."""
+    from dataflow_core.spark.platform.tables import table_path
+
+    for name in pipeline_tables(spec):
+        if table_version(spark, name) < 0:
+            continue  # a table it makes later: its commits there check the hold first
+        path = table_path(spark, name)
+        keys = [f"dataflow:{spec.name}:{name}:{run_id}"]
+        if name in {plan_table(stage) for stage in spec.stages}:
+            keys.append(f"dataflow:{spec.name}:{name}:{run_id}:preview")
+        for key in keys:
+            empty = spark.read.format("delta").load(path).limit(0)
+            empty.write.format("delta").mode("append").option("txnAppId", key).option("txnVersion", SPENT).save(path)
 
 
 def _restore(spark: "SparkSession", name: str, version: int) -> bool:

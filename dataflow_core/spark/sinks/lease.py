@@ -51,8 +51,7 @@ class Lease:
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=HEARTBEAT_S * 2)
-        fs, path = _fs(self.spark, self.path)
-        fs.delete(path, False)
+        delete_file(self.spark, self.path)
 
     def _beat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S):
@@ -62,25 +61,47 @@ class Lease:
                 pass
 
     def _write(self) -> None:
-        body = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "at": time.time()})
-        fs, path = _fs(self.spark, self.path)
-        out = fs.create(path, True)
-        try:
-            out.write(bytearray(body.encode()))
-        finally:
-            out.close()
+        write_text(self.spark, self.path, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                                      "at": time.time()}))
+
+
+def write_text(spark: "SparkSession", where: str, text: str) -> None:
+    """File `where` (a warehouse path: a folder or object storage) holding `text`, replaced whole."""
+    fs, path = _fs(spark, where)
+    out = fs.create(path, True)
+    try:
+        out.write(bytearray(text.encode()))
+    finally:
+        out.close()
+
+
+def read_text(spark: "SparkSession", where: str) -> str | None:
+    """What file `where` holds (None: there is no such file)."""
+    fs, path = _fs(spark, where)
+    if not fs.exists(path):
+        return None
+    try:
+        stream = fs.open(path)
+    except Exception as exc:  # deleted since: its writer let go
+        if "FileNotFound" in str(exc):
+            return None
+        raise
+    try:
+        return jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
+    finally:
+        stream.close()
+
+
+def delete_file(spark: "SparkSession", where: str) -> None:
+    fs, path = _fs(spark, where)
+    fs.delete(path, False)
 
 
 def fresh_lease(spark: "SparkSession", pipeline: str) -> dict | None:
     """The pipeline's lease while its heartbeat is fresh (with `age`, in seconds), else None."""
-    fs, path = _fs(spark, lease_path(spark, pipeline))
-    if not fs.exists(path):
+    text = read_text(spark, lease_path(spark, pipeline))
+    if text is None:
         return None
-    stream = fs.open(path)
-    try:
-        text = jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
-    finally:
-        stream.close()
     try:
         lease = json.loads(text)
     except ValueError:

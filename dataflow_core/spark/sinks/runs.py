@@ -158,10 +158,12 @@ def finish_run(spark: "SparkSession", run: Run, ledger: Ledger) -> RunResult:
     return RunResult(run.run_id, ledger.as_dict(), run.now)
 
 
-def fail_run(spark: "SparkSession", run: Run, reason: str) -> None:
+def fail_run(spark: "SparkSession", run: Run, reason: str, finished_spent: bool = False) -> None:
     """Record that the run stopped with this one-line reason (a resumed run may still
-    finish it: its status is its last row)."""
-    _append(spark, run, FAILED, None, reason[:1000])
+    finish it: its status is its last row). `finished_spent` (an abandon): the row is written
+    under the key of the run's `finished` row, so that the run, if it is still going, never
+    records itself finished."""
+    _append(spark, run, FAILED, None, reason[:1000], spent=FINISHED if finished_spent else None)
 
 
 def run_status(spark: "SparkSession", run_id: str) -> str | None:
@@ -172,6 +174,35 @@ def run_status(spark: "SparkSession", run_id: str) -> str | None:
         if status in statuses:
             return status
     return None
+
+
+def last_failure(spark: "SparkSession", run_id: str) -> tuple[float, str] | None:
+    """The run's latest `failed` record: when (epoch seconds) and its one-line reason."""
+    rows = [r for r in _rows_of(spark, run_id, ("status", "recorded_at", "reason")) if r["status"] == FAILED]
+    if not rows:
+        return None
+    last = max(rows, key=lambda r: r["recorded_at"])
+    at = last["recorded_at"]
+    at = at.replace(tzinfo=dt.timezone.utc) if at.tzinfo is None else at
+    return at.timestamp(), " ".join(str(last["reason"] or "").split())
+
+
+def resume_command(pipeline: str, run_id: str, command: str, args: str, planned: bool = False) -> str:
+    """The command that resumes the run (its own arguments, which is what resumes it);
+    `planned`: the run is the apply of its stored plan."""
+    given = json.loads(args or "{}")
+    if command == "reset":
+        more = (" --drop-outputs" if given.get("drop_outputs") else "") + (
+            f" --abandon-batch {given['abandon_batch']}" if given.get("abandon_batch") is not None else "")
+        return f"dataflow reset --pipeline {pipeline}{more}"
+    if command == "reject":
+        return f"dataflow backfill --pipeline {pipeline} --reject {given.get('plan')}"
+    if planned:
+        return f"dataflow backfill --pipeline {pipeline} --apply {run_id}"
+    text = f"dataflow backfill --pipeline {pipeline} --start {given.get('start')} --end {given.get('end')}"
+    if given.get("replay"):
+        text += f" --replay --batch-interval {given.get('batch_interval', '1m')}"
+    return text + (" --plan-only" if given.get("plan_only") else "")
 
 
 def record_planned(spark: "SparkSession", run: Run, ledger: Ledger, versions: dict[str, int]) -> None:
@@ -229,14 +260,16 @@ def _rows_of(spark: "SparkSession", run_id: str, columns: tuple[str, ...]) -> li
 
 
 def _append(spark: "SparkSession", run: Run, status: str, ledger: str | None, reason: str | None,
-            decided_by: str | None = None, versions: str | None = None) -> None:
+            decided_by: str | None = None, versions: str | None = None, spent: str | None = None) -> None:
     """One row: each status under the key (run, status), so a resumed run writes each
-    once; a `failed` row per failure (each attempt's reason is worth keeping)."""
+    once; a `failed` row per failure (each attempt's reason is worth keeping), or under the
+    key of status `spent` when given."""
     from dataflow_core.spark.platform.delta import append_control_rows
 
     row = (run.run_id, run.pipeline, run.command, run.args, _to_ts(run.now), status,
            dt.datetime.now(dt.timezone.utc), ledger, reason, decided_by, versions)
-    key = None if status == FAILED else (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{status}", 0)
+    keyed = spent or (None if status == FAILED else status)
+    key = None if keyed is None else (f"dataflow:{run.pipeline}:{RUNS_TABLE}:{run.run_id}:{keyed}", 0)
     append_control_rows(spark, RUNS_TABLE, [row], RUNS_SCHEMA, key)
 
 
