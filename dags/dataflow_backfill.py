@@ -209,7 +209,7 @@ def _approval_path(plan: Any) -> tuple[Any, Any, Any]:
         from dataflow_core.airflow.approval import DECISION_KEY, reject_planned
 
         decision = context["ti"].xcom_pull(task_ids="approve_backfill", key=DECISION_KEY) or {}
-        return reject_planned(plan, planned["run_id"], decision)
+        return _rescheduled_when_busy(lambda: reject_planned(plan, planned["run_id"], decision))
 
     planned = plan_backfill(plan)
     approval = PlanApproval(

@@ -204,8 +204,9 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
     """A pipeline's first backfill (no results, no live state) stores no plan: its hold's
     record pins the input version it reads, and every window is a change. Stopped after each
     of its commit points in turn, with the input changed before each retry (a view deleted,
-    one added in the range), then run to the end, it leaves the tables of an uninterrupted
-    twin over the input as it first read it, and never made a plan table."""
+    one added in the range), then run to the end, it finishes as an uninterrupted twin over
+    the input as it first read it, and the same command then corrects the range for the
+    input as it now stands, as the twin's next backfill does over the same changes."""
     from dataflow_core.spark.sinks.corrections_plan import plan_table
 
     rows, twin, spec = _first_backfill_twins(spark, "t_first")
@@ -216,14 +217,17 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
         with pytest.raises(SimulatedCrash):
             run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
         assert not table_exists(spark, plan_table(stage)), "a first backfill commits no plan"
-        _delete(spark, spec.input_table, rows[n][0])
-        write_input(spark, spec.input_table, [(f"new-{n}", "u9", "ad1", "7", DAY0 + 60 * S, DAY0 + 9 * M)],
-                    mode="append")
+        for pipeline in (spec, twin):
+            _delete(spark, pipeline.input_table, rows[n][0])
+            write_input(spark, pipeline.input_table, [(f"new-{n}", "u9", "ad1", "7", DAY0 + 60 * S, DAY0 + 9 * M)],
+                        mode="append")
     crash(None)
-    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
+    said: list[str] = []
+    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW, progress=said.append)
     assert result.ledger_ok and result.ledger["panes"] >= 1
+    assert any("correcting the range again" in line for line in said), said
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
     assert _tables(spark, spec) == _tables(spark, twin)
-    assert not table_exists(spark, plan_table(stage))
 
 
 def test_a_backfill_whose_pinned_input_version_is_gone_says_so_and_is_abandoned_as_told(spark, crash):

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import EventRange, in_range
+from dataflow_core.spark.input.rows import EventRange, in_range, with_fields
 from dataflow_core.spark.jobs.range_input import read_margins
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.platform.driver_delta import commit_actions
@@ -100,7 +100,9 @@ def _footprint(spec: PipelineSpec, name: str, span: EventRange, read: EventRange
     from pyspark.sql import functions as F
 
     if is_input:
-        return lambda df: df.where(in_range(spec, read))
+        def input_rows_read(df: "DataFrame") -> "DataFrame":
+            return with_fields(spec, df).where(in_range(spec, read)).select(*[F.col(f"`{c}`") for c in df.columns])
+        return input_rows_read
     if name == seen_table(spec):
         return lambda df: df.where((F.col("event_ms") >= read.start) & (F.col("event_ms") < read.end))
     for stage in spec.stages:
