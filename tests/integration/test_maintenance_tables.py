@@ -40,8 +40,7 @@ def test_maintaining_a_pipeline_touches_none_of_a_pipeline_named_with_its_name_a
     ours, theirs = _pipeline(base), _pipeline(f"{base}_eu")  # stages `<base>` and `<base>_eu`
     for spec in (ours, theirs):  # every table of each but the seen ids (maintenance expires those by their horizon)
         for table in [t for t in layout.pipeline_tables(spec) if t != layout.seen_ids(spec)] + [spec.input_table]:
-            for _ in range(2):  # two files: something to compact
-                write_table(spark, spark.sql("SELECT 1 AS x"), table, mode="append")
+            write_table(spark, spark.range(2).repartition(2), table, mode="append")  # two files: something to compact
     monkeypatch.setenv("DATAFLOW_VACUUM_RETENTION_HOURS", "0")
     done = maintain(ours.name, say=lambda _m: None)
     mine = {t for t in layout.pipeline_tables(ours) if t != layout.seen_ids(ours)}
