@@ -123,7 +123,7 @@ def test_a_double_value_that_is_nan_or_infinite_is_invalid(spark):
 
 
 def test_future_dated_rows_are_quarantined_and_move_nothing(spark):
-    spec = orders_pipeline(f"t_future_{next(_names)}")
+    spec = orders_pipeline(f"t_future_rows_{next(_names)}")
     write_orders(spark, spec.input_table, GOOD + FUTURE)
     result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
     got = reasons(spark, spec)
