@@ -28,6 +28,7 @@ With `plan_only` a batch run stops once every stage's plan is stored, records it
 from __future__ import annotations
 
 import datetime as dt
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, first_line
@@ -39,7 +40,7 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec, get
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import DUPLICATES, EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
-from dataflow_core.spark.jobs.corrections import correct_stage
+from dataflow_core.spark.jobs.corrections import Correcting, correct_stage
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.plan_diff import store_previews
 from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read_margins, read_range
@@ -100,7 +101,7 @@ def run_backfill(
         say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
             f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
             f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
-    result = run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    result = BackfillRun(spark, spec, span, hold, say, fast=fast, plan_only=plan_only).finish(interval)
     if not (run.resumed and not replay and not plan_only):
         return result
     changed = _input_changed_since(spark, spec, span, hold.input_version)
@@ -125,48 +126,193 @@ def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: in
     return "; ".join(m.describe() for m in moved)
 
 
-def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: Hold, say: Progress_,
-             replay: bool = False, interval: int | None = None, fast: bool | None = None, plan_only: bool = False,
-             decided_by: str | None = None) -> RunResult:
-    """The run `hold` holds the pipeline for, to its end: recorded finished (or `planned`,
-    with the versions it was planned from; `applied` too, by `decided_by`, for a plan being
-    applied) or failed, and the hold released last (until then, a re-run resumes this run)."""
-    run = hold.run
-    planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
-    # While it works, the run beats (others tell it from a run that is gone) and each of its
-    # commits checks its hold first (an abandoned run writes nothing more).
-    with Heartbeat(spark, spec.name, run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+@dataclass
+class BackfillRun:
+    """One backfill run, from the moment `hold` holds the pipeline for it to its release:
+    what each of its steps reads (the range, the hold with its pinned input version and the
+    stages' live watermarks, progress, the fast-path choice) and what they add to (the
+    ledger, the stages that got a plan of corrections)."""
+
+    spark: "SparkSession"
+    spec: PipelineSpec
+    span: EventRange
+    hold: Hold
+    say: Progress_
+    fast: bool | None = None
+    plan_only: bool = False
+    ledger: Ledger = field(default_factory=Ledger)
+    planned: list[StageSpec] = field(default_factory=list)  # stages with a plan of corrections (batch mode)
+
+    @property
+    def run(self) -> Run:
+        return self.hold.run
+
+    @property
+    def correcting(self) -> Correcting:
+        return Correcting(self.spark, self.spec, self.run, self.ledger, self.say,
+                          self.hold.record.watermarks or None, self.plan_only)
+
+    def check_hold(self) -> None:
+        check_hold(self.spark, self.spec, self.hold)
+
+    def finish(self, replay_interval: int | None = None, decided_by: str | None = None) -> RunResult:
+        """The run to its end (a replay of `replay_interval` batches, or a batch backfill):
+        recorded finished (or `planned`, with the versions it was planned from; `applied`
+        too, by `decided_by`, for a plan being applied) or failed, and the hold released
+        last (until then, a re-run resumes this run)."""
+        spark, spec, run, hold, say = self.spark, self.spec, self.run, self.hold, self.say
+        # While it works, the run beats (others tell it from a run that is gone) and each of
+        # its commits checks its hold first (an abandoned run writes nothing more).
+        with Heartbeat(spark, spec.name, run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+            try:
+                if replay_interval is not None:
+                    self.ledger = replay_range(spark, spec, self.span, replay_interval, run, say, hold.input_version)
+                else:
+                    self._batch()
+                self.check_hold()
+                if self.plan_only:
+                    versions = planned_from(spec, hold)
+                    store_previews(spark, spec, run, versions)
+                    record_planned(spark, run, self.ledger, versions)
+                    result = RunResult(run.run_id, self.ledger.as_dict(), run.now)
+                else:
+                    result = finish_run(spark, run, self.ledger)
+                    record_definitions(spark, spec)
+                    if decided_by is not None:
+                        record_decision(spark, run, APPLIED, decided_by)
+                crash_point("backfill-finished")
+            except BaseException as exc:
+                _record_failure(spark, run, exc)
+                raise
+        if self.plan_only:
+            say(f"run {run.run_id} planned its corrections and applied none; the pipeline is released. "
+                f"See them: dataflow plan show {run.run_id}; apply: dataflow backfill --pipeline {spec.name} "
+                f"--apply {run.run_id}")
+            release(spark, spec, hold.record, None)
+        else:  # last: until here, a re-run resumes this run
+            if self.planned:  # a finished run is never resumed: its plans have served
+                say(f"run {run.run_id} finished; dropping its plans of corrections")
+            release_finished(spark, spec, hold.record, run.run_id, self.planned, self.ledger)
+        return result
+
+    # --- batch ----------------------------------------------------------------------
+
+    def _batch(self) -> None:
+        """Every window of the range recomputed and corrected, stage by stage, from the
+        input as of the version the hold pinned. A resumed run whose input version is gone
+        fails with one line."""
+        run, version, spec = self.run, self.hold.input_version, self.spec
         try:
-            if replay:
-                ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
-            else:
-                ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
-            check_hold(spark, spec, hold)
-            if plan_only:
-                versions = planned_from(spec, hold)
-                store_previews(spark, spec, run, versions)
-                record_planned(spark, run, ledger, versions)
-                result = RunResult(run.run_id, ledger.as_dict(), run.now)
-            else:
-                result = finish_run(spark, run, ledger)
-                record_definitions(spark, spec)
-                if decided_by is not None:
-                    record_decision(spark, run, APPLIED, decided_by)
-            crash_point("backfill-finished")
-        except BaseException as exc:
-            _record_failure(spark, run, exc)
+            self._corrected()
+        except Exception as exc:
+            cause = gone_cause(exc) if run.resumed else None
+            if cause is None:
+                raise
+            raise DataflowError(
+                f"backfill run {run.run_id} of {spec.name!r} cannot resume: it reads version {version} of "
+                f"{spec.input_table}, which can no longer be read (vacuumed, or the log cleaned: {cause}). Abandon "
+                f"it (`dataflow backfill --pipeline {spec.name} --abandon {run.run_id}`: its writes are undone) "
+                "and run the backfill again"
+            ) from None
+
+    def _corrected(self) -> None:
+        """`_batch` on the pinned input; a plan quarantines nothing (its apply does). The
+        range's bad rows are written while its windows are computed and written
+        (`range_input.read_range`)."""
+        spec, span = self.spec, self.span
+        read = read_range(self.spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)),
+                          self.run, self.ledger, self.say, self.hold.input_version, quarantine=not self.plan_only)
+        try:
+            self._first_stage(read)
+        except BaseException:
+            read.wait(failed=True)
             raise
-    if plan_only:
-        say(f"run {run.run_id} planned its corrections and applied none; the pipeline is released. "
-            f"See them: dataflow plan show {run.run_id}; apply: dataflow backfill --pipeline {spec.name} "
-            f"--apply {run.run_id}")
-    elif planned:  # a finished run is never resumed: its plans have served
-        say(f"run {run.run_id} finished; dropping its plans of corrections")
-    if plan_only:
-        release(spark, spec, hold.record, None)
-    else:  # last: until here, a re-run resumes this run
-        release_finished(spark, spec, hold.record, run.run_id, planned, ledger)
-    return result
+
+    def _first_stage(self, read: RangeRead) -> None:
+        """`_corrected`'s work once the range is `read` (its bad rows waited for before its
+        cache goes), then the later stages'."""
+        spark, spec, span, run, ledger = self.spark, self.spec, self.span, self.run, self.ledger
+        first = spec.stages[0]
+        finals, els, cached = self._first_finals(read)
+        ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
+        self.say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
+        self.check_hold()
+        outcome = correct_stage(self.correcting, first, finals, els, owned=span, input_version=self.hold.input_version,
+                                had_results=self.hold.record.versions.get(first.output, -1) >= 0)
+        if outcome.planned:
+            self.planned.append(first)
+        finals.unpersist()
+        read.wait()
+        cached.unpersist()
+        self._later_stages(outcome.results)
+
+    def _first_finals(self, read: RangeRead) -> tuple["DataFrame", "DataFrame", "DataFrame"]:
+        """The first stage's final windows starting in the range, its elements and their
+        cache: for merging windows, the read widened until no window reaches its edge (the
+        ledger's counts then come from the widened read)."""
+        from pyspark.sql import functions as F
+
+        spark, spec, span, run, ledger = self.spark, self.spec, self.span, self.run, self.ledger
+        first = spec.stages[0]
+        wfn = first.strategy.window_fn
+        before, after = read_margins(wfn)
+        for attempt in range(MAX_WIDENINGS):
+            read_span = span.widened(before, after)
+            if attempt == 0:
+                els, cached = read.elements, read.cached
+            else:
+                cached = range_elements(spark, spec, read_span, self.hold.input_version, span, ProcessingTime(run.now))
+                els = cached.drop(DUPLICATES)
+            finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, self.fast)
+            finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
+            if not wfn.is_merging:
+                break
+            finals = persist_uncompressed(finals)  # read twice: whether a window reaches the edge, then corrected
+            if not _touches_edge(finals, read_span, wfn.reach, span):
+                break
+            self.say(f"a merged window reaches the edge of the rows read; widening the read by "
+                     f"{2 * max(before, after) // 60000} min")
+            finals.unpersist()
+            read.wait()
+            cached.unpersist()
+            before, after = 2 * max(before, wfn.reach), 2 * max(after, wfn.reach)
+        else:
+            raise DataflowError(
+                f"windows of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
+        if attempt:  # the widened read's elements may settle which delivery of an event counts
+            counts = cached.agg(
+                F.count_if((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).alias("unique"),
+                F.sum(DUPLICATES).alias("lost")).first()
+            ledger.accepted, ledger.duplicates = int(counts["unique"]), int(counts["lost"] or 0)
+        return finals, els, cached
+
+    def _later_stages(self, fixes: "DataFrame | None") -> None:
+        """Each later stage corrected from its upstream's results. Applied, those are the
+        table, corrected by the stage before. Planned only (`fixes`: the upstream's planned
+        results rows), they are the table with the upstream's plan laid over it in memory, so
+        every stage of a plan is planned at once, exactly as its apply will chain them (the
+        stored plans are then applied in order, each against what the plan was made from);
+        planning stage by stage, each after the one before was applied, would leave nothing
+        to preview beyond the first stage."""
+        spark, spec, run = self.spark, self.spec, self.run
+        for up, stage in zip(spec.stages, spec.stages[1:]):
+            current = current_results(spark, up)
+            if self.plan_only and fixes is not None:
+                current = corrected_results(current, fixes, up)
+            if current is None:
+                continue
+            mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
+            stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, self.fast)
+            self.check_hold()
+            outcome = correct_stage(self.correcting, stage, stage_finals, mapped, owned=None)
+            if outcome.planned:
+                self.planned.append(stage)
+            mapped.unpersist()
+            if fixes is not None:
+                fixes.unpersist()
+            fixes = outcome.results
+        if fixes is not None:
+            fixes.unpersist()
 
 
 def _record_failure(spark, run: Run, exc: BaseException) -> None:
@@ -188,130 +334,6 @@ def _check_first_stage(spec: PipelineSpec) -> None:
             f"pipeline {spec.name!r}: stage {first.output!r} has {what}; backfill needs interval windows of known "
             "reach in the first stage"
         )
-
-
-# --- batch --------------------------------------------------------------------------
-
-
-def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
-           planned_stages: list[StageSpec], plan_only: bool = False) -> Ledger:
-    """Every window of the range recomputed and corrected, stage by stage, from the input as
-    of the version the hold pinned. The stages that got a plan of corrections are added to
-    `planned_stages`. A resumed run whose input version is gone fails with one line."""
-    run, version = hold.run, hold.input_version
-    try:
-        return _corrected(spark, spec, span, hold, fast, say, planned_stages, version, plan_only)
-    except Exception as exc:
-        cause = gone_cause(exc) if run.resumed else None
-        if cause is None:
-            raise
-        raise DataflowError(
-            f"backfill run {run.run_id} of {spec.name!r} cannot resume: it reads version {version} of "
-            f"{spec.input_table}, which can no longer be read (vacuumed, or the log cleaned: {cause}). Abandon it "
-            f"(`dataflow backfill --pipeline {spec.name} --abandon {run.run_id}`: its writes are undone) and run "
-            "the backfill again"
-        ) from None
-
-
-def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
-               planned: list[StageSpec], version: int, plan_only: bool) -> Ledger:
-    """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does).
-    The range's bad rows are written while its windows are computed and written
-    (`range_input.read_range`)."""
-    ledger = Ledger()
-    read = read_range(spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)), hold.run,
-                      ledger, say, version, quarantine=not plan_only)
-    try:
-        _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, ledger, read)
-    except BaseException:
-        read.wait(failed=True)
-        raise
-    return ledger
-
-
-def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say, planned: list[StageSpec],
-                 version: int, plan_only: bool, ledger: Ledger, read: RangeRead) -> None:
-    """`_corrected`'s work once the range is `read` (its bad rows waited for before its
-    cache goes), then the later stages'."""
-    from pyspark.sql import functions as F
-
-    run = hold.run
-    live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
-    first = spec.stages[0]
-    wfn = first.strategy.window_fn
-    before, after = read_margins(wfn)
-    finals = None
-    for attempt in range(MAX_WIDENINGS):
-        read_span = span.widened(before, after)
-        if attempt == 0:
-            els, cached = read.elements, read.cached
-        else:
-            cached = range_elements(spark, spec, read_span, version, span, ProcessingTime(run.now))
-            els = cached.drop(DUPLICATES)
-        finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, fast)
-        finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
-        if not wfn.is_merging:
-            break
-        finals = persist_uncompressed(finals)  # read twice: whether a window reaches the edge, then corrected
-        if not _touches_edge(finals, read_span, wfn.reach, span):
-            break
-        say(f"a merged window reaches the edge of the rows read; widening the read by "
-            f"{2 * max(before, after) // 60000} min")
-        finals.unpersist()
-        read.wait()
-        cached.unpersist()
-        before, after = 2 * max(before, wfn.reach), 2 * max(after, wfn.reach)
-    else:
-        raise DataflowError(
-            f"windows of {spec.name!r} keep reaching the edge of the read after {MAX_WIDENINGS} widenings")
-    if attempt:  # the widened read's elements may settle which delivery of an event counts
-        counts = cached.agg(
-            F.count_if((F.col("event_ms") >= span.start) & (F.col("event_ms") < span.end)).alias("unique"),
-            F.sum(DUPLICATES).alias("lost")).first()
-        ledger.accepted, ledger.duplicates = int(counts["unique"]), int(counts["lost"] or 0)
-    ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
-    say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
-    check_hold(spark, spec, hold)
-    outcome = correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
-                            input_version=version, plan_only=plan_only,
-                            had_results=hold.record.versions.get(first.output, -1) >= 0)
-    if outcome.planned:
-        planned.append(first)
-    finals.unpersist()
-    read.wait()
-    cached.unpersist()
-    _later_stages(spark, spec, hold, ledger, fast, say, planned, plan_only, outcome.results)
-
-
-def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, say, planned: list[StageSpec],
-                  plan_only: bool, fixes: "DataFrame | None") -> None:
-    """Each later stage corrected from its upstream's results. Applied, those are the
-    table, corrected by the stage before. Planned only (`fixes`: the upstream's planned
-    results rows), they are the table with the upstream's plan laid over it in memory, so
-    every stage of a plan is planned at once, exactly as its apply will chain them (the
-    stored plans are then applied in order, each against what the plan was made from);
-    planning stage by stage, each after the one before was applied, would leave nothing
-    to preview beyond the first stage."""
-    run, live = hold.run, hold.record.watermarks or None
-    for up, stage in zip(spec.stages, spec.stages[1:]):
-        current = current_results(spark, up)
-        if plan_only and fixes is not None:
-            current = corrected_results(current, fixes, up)
-        if current is None:
-            continue
-        mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
-        stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
-        check_hold(spark, spec, hold)
-        outcome = correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None,
-                                live_watermarks=live, plan_only=plan_only)
-        if outcome.planned:
-            planned.append(stage)
-        mapped.unpersist()
-        if fixes is not None:
-            fixes.unpersist()
-        fixes = outcome.results
-    if fixes is not None:
-        fixes.unpersist()
 
 
 def _touches_edge(finals: "DataFrame", read: EventRange, gap: int, span: EventRange) -> bool:

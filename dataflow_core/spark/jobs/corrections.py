@@ -36,7 +36,9 @@ from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import write_at_once
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.sinks.corrections_plan import Plan, read_plan, write_changes, write_plan
+from dataflow_core.spark.sinks.corrections_plan import (
+    ChangedWindows, Plan, RecomputeFromInput, StoredCorrections, read_plan, write_changes, write_plan,
+)
 from dataflow_core.spark.sinks.live_state import read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import panes_table, write_panes
 from dataflow_core.spark.sinks.results import current_results, result_rows, standing_panes, write_results
@@ -59,29 +61,47 @@ class StageOutcome:
     results: "DataFrame | None" = None
 
 
+@dataclass(frozen=True)
+class Correcting:
+    """What the corrections of every stage of one run share: the run, its ledger (which each
+    stage adds its counts to), its progress, the stages' live watermarks (None: no
+    micro-batch ran the pipeline) and whether it only plans."""
+
+    spark: "SparkSession"
+    spec: PipelineSpec
+    run: Run
+    ledger: Ledger
+    say: Callable[[str], None]
+    live_watermarks: dict[str, Instant] | None = None
+    plan_only: bool = False
+
+    def watermark(self, stage: StageSpec) -> Instant:
+        """The watermark the stage's corrections are paced by (see the module docstring)."""
+        marks = self.live_watermarks
+        return END_OF_TIME if marks is None else marks.get(stage.output, END_OF_TIME)
+
+
 def correct_stage(
-    spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
-    run: Run, ledger: Ledger, say: Callable[[str], None], owned: EventRange | None,
-    live_watermarks: dict[str, Instant] | None, input_version: int | None = None, plan_only: bool = False,
-    had_results: bool = True,
+    c: Correcting, stage: StageSpec, finals: "DataFrame", elements: "DataFrame", owned: EventRange | None,
+    input_version: int | None = None, had_results: bool = True,
 ) -> StageOutcome:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
     `input_version` the version of the pipeline's input table they come from (first stage),
     `had_results` whether the stage had a results table when the run took its hold.
-    `plan_only`: store the plan and count what it would do, write nothing else."""
-    watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
-    live = live_watermarks is not None and table_exists(spark, state_table(stage))
+    With `c.plan_only`: store the plan and count what it would do, write nothing else."""
+    spark, run = c.spark, c.run
+    watermark = c.watermark(stage)
+    live = c.live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     # (a plan being applied is a resumed run with a stored plan, whatever the stage had)
-    recompute = plan is None and input_version is not None and not (had_results or live or plan_only)
-    if recompute:  # the hold's record is the plan (see the module docstring): nothing stored
-        plan = Plan(None, watermark, True, input_version)
+    if plan is None and input_version is not None and not (had_results or live or c.plan_only):
+        plan = RecomputeFromInput(input_version, watermark)  # the hold's record is the plan: nothing stored
     elif plan is None:
-        plan = _store_plan(spark, spec, stage, finals, elements, run, owned, watermark, live)
+        plan = _store_plan(c, stage, finals, elements, owned, watermark, live)
     else:
-        say(f"stage {stage.output}: {'counting' if plan_only else 'applying'} the corrections run {run.run_id} "
-            "planned before")
+        c.say(f"stage {stage.output}: {'counting' if c.plan_only else 'applying'} the corrections run "
+              f"{run.run_id} planned before")
     crash_point(f"{stage.output}-planned")
     kept: list["DataFrame"] = []
     out = planned_corrections(stage, plan, finals, owned, run, kept)
@@ -91,53 +111,55 @@ def correct_stage(
     results = None
     if counts is None:  # nothing changed (a range without input, say)
         out, counts = None, {"panes": 0, "retractions": 0, "fixed": 0}
-    elif plan_only:
+    elif c.plan_only:
         results = persist_uncompressed(result_rows(stage, out.where("kind = 'result'"), run.run_id, one_per_window=True))
         results.count()
     else:
-        _write(spark, spec, stage, out, elements, run, say, owned, plan.every_window, live)
+        _write(c, stage, out, elements, owned, plan is not None and plan.every_window, live)
     for df in kept:
         df.unpersist()
     panes, retractions, corrected = int(counts["panes"]), int(counts["retractions"]), int(counts["fixed"])
-    ledger.add_stage(stage.output, panes, retractions, corrected_windows=corrected)
-    say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, "
-        f"{corrected:,} windows corrected{' (planned, not applied)' if plan_only else ''}")
-    return StageOutcome(plan is not None and not recompute, results)
+    c.ledger.add_stage(stage.output, panes, retractions, corrected_windows=corrected)
+    c.say(f"stage {stage.output}: {panes:,} panes, {retractions:,} retractions, "
+          f"{corrected:,} windows corrected{' (planned, not applied)' if c.plan_only else ''}")
+    return StageOutcome(plan is not None and not isinstance(plan, RecomputeFromInput), results)
 
 
-def _store_plan(spark, spec: PipelineSpec, stage: StageSpec, finals: "DataFrame", elements: "DataFrame", run: Run,
+def _store_plan(c: Correcting, stage: StageSpec, finals: "DataFrame", elements: "DataFrame",
                 owned: EventRange | None, watermark: Instant, live: bool) -> Plan | None:
     """Diff once and commit the plan (see `sinks.corrections_plan`); the plan as stored.
     Every window of a stage without results is a change (a plan to preview lists them)."""
+    spark, run = c.spark, c.run
     current = current_results(spark, stage)
     changed = _changed(stage, finals, current, owned)
     if live:
         states = read_states(spark, stage, table_version(spark, state_table(stage)))
-        write_plan(spark, spec, stage, run_corrections(
+        write_plan(spark, c.spec, stage, run_corrections(
             changed, stage.strategy, KeyCodec(stage.key_columns), stage.value_type, run.now, watermark,
             elements=elements, states=states), run.run_id)
     else:
         # without results, every recomputed window is a change
-        write_changes(spark, spec, stage, changed, watermark, current is None, run.run_id)
+        write_changes(spark, c.spec, stage, changed, watermark, current is None, run.run_id)
     return read_plan(spark, stage, run.run_id)
 
 
-def planned_corrections(stage: StageSpec, plan: Plan | None, finals: "DataFrame | None", owned: EventRange | None, run: Run,
-                 kept: list["DataFrame"]) -> "DataFrame | None":
+def planned_corrections(stage: StageSpec, plan: Plan | None, finals: "DataFrame | None", owned: EventRange | None,
+                        run: Run, kept: list["DataFrame"]) -> "DataFrame | None":
     """The output rows the plan makes (`execute.corrections`), lazily; what is persisted on
     the way is added to `kept`. `finals` is needed only for a plan to recompute from the input."""
-    if plan is None:
-        return None
-    if plan.input_version is not None:  # every window, from the input as of that version
+    codec = KeyCodec(stage.key_columns)
+    if isinstance(plan, RecomputeFromInput):  # every window, from the input as of that version
         changes = _changed(stage, finals, None, owned)
         if not finals.is_cached:  # read by the counts, the pane log and the results
             kept.append(changes := persist_uncompressed(changes))
-        return run_corrections(changes, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-                               run.now, plan.watermark, all_fresh=True)
-    if plan.watermark is not None:  # the plan holds the changed windows: corrected here
-        return run_corrections(plan.rows, stage.strategy, KeyCodec(stage.key_columns), stage.value_type,
-                               run.now, plan.watermark, persisted=kept)
-    return plan.rows
+        return run_corrections(changes, stage.strategy, codec, stage.value_type, run.now, plan.watermark,
+                               all_fresh=True)
+    if isinstance(plan, ChangedWindows):  # the plan holds the changed windows: corrected here
+        return run_corrections(plan.rows, stage.strategy, codec, stage.value_type, run.now, plan.watermark,
+                               persisted=kept)
+    if isinstance(plan, StoredCorrections):
+        return plan.rows
+    return None
 
 
 def _counts(out: "DataFrame | None") -> dict | None:
@@ -155,13 +177,15 @@ def _counts(out: "DataFrame | None") -> dict | None:
     return counts.asDict() if counts["rows"] else None
 
 
-def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elements: "DataFrame", run: Run, say,
-           owned: EventRange | None, every_window: bool, live: bool) -> None:
+def _write(c: Correcting, stage: StageSpec, out: "DataFrame", elements: "DataFrame", owned: EventRange | None,
+           every_window: bool, live: bool) -> None:
     """Apply the corrections: pane log, results, live state, seen ids, each under the run's
     key, written at once (`platform.concurrent_writes`: a resumed run applies the same plan
     and skips whichever of them already committed)."""
     # Appended under the run's idempotent key, as the state is: a resumed run applies the
     # same plan, so whatever already committed is skipped (no MERGE on pane ids needed).
+    spec, run = c.spec, c.run
+
     def pane_log(session: "SparkSession") -> None:
         write_panes(session, stage, out.where("kind = 'pane'"), run.run_id,
                     txn=(f"dataflow:{spec.name}:{panes_table(stage)}:{run.run_id}", 0))
@@ -175,7 +199,7 @@ def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elemen
     def state(session: "SparkSession") -> None:
         write_state(session, stage, out, -1, (f"dataflow:{spec.name}:{state_table(stage)}:{run.run_id}", 0))
         crash_point(f"{stage.output}-corrected-state")
-        say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
+        c.say(f"stage {stage.output}: live state corrected (micro-batches carry on from these figures)")
 
     def seen(session: "SparkSession") -> None:  # live or not yet: the first micro-batch takes these windows over
         _mark_seen(session, spec, stage, out, elements, run.run_id, owned, every_window)
@@ -183,7 +207,7 @@ def _write(spark, spec: PipelineSpec, stage: StageSpec, out: "DataFrame", elemen
 
     writes = [results] if stage.keeps_results else []
     writes += [w for w, needed in ((seen, stage is spec.stages[0]), (pane_log, True), (state, live)) if needed]
-    write_at_once(spark, writes)
+    write_at_once(c.spark, writes)
     if not stage.keeps_results:
         crash_point(f"{stage.output}-corrected-results")
 

@@ -78,7 +78,7 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
                say: Say = lambda _m: None, fast: bool | None = None) -> RunResult | PlanState:
     """Apply the stored plan `run_id` once (see the module docstring): its result, or the
     plan's state when it was already decided. DataflowError, recorded, for a stale plan."""
-    from dataflow_core.spark.jobs.backfill import run_held
+    from dataflow_core.spark.jobs.backfill import BackfillRun
     from dataflow_core.spark.sinks.definitions import refuse_changed_definitions
 
     spec = get(pipeline)
@@ -102,7 +102,7 @@ def apply_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: st
                             "planned; plan the range again")
     say(f"run {run_id} holds pipeline {spec.name}; applying its plan (planned at processing time "
         f"{format_instant(state.run.now)})")
-    return run_held(spark, spec, _span_of(state), hold, say, fast=fast, decided_by=who)
+    return BackfillRun(spark, spec, _span_of(state), hold, say, fast=fast).finish(decided_by=who)
 
 
 def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: str | None = None,

@@ -17,7 +17,7 @@ What is stored depends on what the corrections follow from:
   on the live state and the input, which the run itself rewrites;
 - for a first stage with neither results nor live state when the run took its hold (a
   pipeline's first backfill), nothing: every window it computes is a change, and a resumed
-  run computes them again from the input version its hold pinned (`Plan.input_version`), so
+  run computes them again from the input version its hold pinned (`RecomputeFromInput`), so
   the hold's record is the plan (`jobs.corrections`). A plan made for approval
   (`--plan-only`) stores the changed windows instead, so that its preview can list them.
 
@@ -35,7 +35,7 @@ working as it is.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Union
 
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
@@ -54,18 +54,41 @@ EVERY_WINDOW = "planned_every_window"
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A run's stored plan: the corrections (`watermark` None), or the changed windows
-    (`execute.corrections.CORRECTION_COLUMNS` after the key columns) to correct at `watermark`;
-    `every_window`: they are every window the run recomputed (the stage had no results).
-    With `input_version`, nothing is stored (`rows` None): every window recomputed from the
-    input as of that version is a change (a first stage without results, see the module
-    docstring)."""
+class StoredCorrections:
+    """A plan of the corrections themselves (`'pane'`, `'result'`, `'state'` rows): with live
+    state they depend on the state and the input too, which the run itself rewrites."""
 
-    rows: "DataFrame | None"
-    watermark: Instant | None = None
+    rows: "DataFrame"
+
+    every_window = False
+
+
+@dataclass(frozen=True)
+class ChangedWindows:
+    """A plan of the changed windows (`execute.corrections.CORRECTION_COLUMNS` after the key
+    columns), to correct at `watermark`; `every_window`: they are every window the run
+    recomputed (the stage had no results)."""
+
+    rows: "DataFrame"
+    watermark: Instant
     every_window: bool = False
-    input_version: int | None = None
+
+
+@dataclass(frozen=True)
+class RecomputeFromInput:
+    """Nothing stored: every window recomputed from the input as of `input_version` is a
+    change, corrected at `watermark` (a first stage without results, see the module
+    docstring); the run's record of its pin is the plan."""
+
+    input_version: int
+    watermark: Instant
+
+    every_window = True
+
+
+Plan = Union[StoredCorrections, ChangedWindows, RecomputeFromInput]
+"""A run's plan of corrections for one stage: one of the three forms the module docstring
+describes."""
 
 
 def plan_table(stage: StageSpec) -> str:
@@ -87,9 +110,9 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     if not first:
         return None
     if first[0]["kind"] != CHANGE:
-        return Plan(plan)
-    return Plan(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK],
-                bool(first[0][EVERY_WINDOW]) if EVERY_WINDOW in marks else False)
+        return StoredCorrections(plan)
+    return ChangedWindows(plan.select(*stage.key_columns, *CORRECTION_COLUMNS), first[0][WATERMARK],
+                          bool(first[0][EVERY_WINDOW]) if EVERY_WINDOW in marks else False)
 
 
 def write_plan(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, out: "DataFrame", run_id: str) -> None:
