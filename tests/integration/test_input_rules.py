@@ -32,13 +32,14 @@ SCHEMA = "order_id string, shop_path string, w double, e bigint, i bigint"
 WHERE = "order_id <> 'badwhere' OR CAST(shop_path AS INT) > 0"  # fails on the row 'badwhere' only
 
 
-def orders_pipeline(name: str, value: str = "CAST(w AS DECIMAL(18,3))", value_type="decimal(28,3)") -> PipelineSpec:
+def orders_pipeline(name: str, value: str = "CAST(w AS DECIMAL(18,3))", value_type="decimal(28,3)",
+                    quality_suite: str | None = None) -> PipelineSpec:
     """A shop's orders with its own column names; the key an expression that fails on a
     malformed path (ANSI `element_at` out of bounds), the value billing's decimal cast."""
     return register(PipelineSpec(
         name=name, input_table=f"{name}_in", key={"shop": "element_at(split(shop_path, '/'), 2)"},
         value=value, where=WHERE, event_time="ordered_at", ingest_time="received_at", event_id="order_id",
-        max_skew=SKEW, watermark=lambda: HeuristicWatermark(bound=M),
+        max_skew=SKEW, watermark=lambda: HeuristicWatermark(bound=M), quality_suite=quality_suite,
         stages=(StageSpec(f"{name}_sum", WindowingStrategy(
             FixedWindows(10 * M), AfterWatermark(), AccumulationMode.ACCUMULATING, parse_duration("1h"), SumFn()),
             value_type=value_type),),
@@ -256,3 +257,27 @@ def test_dataflow_diagram_from_tables_reads_the_warehouse_and_the_pipelines_own_
     assert rc == 0, err
     assert "(1 key(s), 4 elements, 1 panes, 0 retractions)" in err
     assert out.read_text().count("<svg") == 1
+
+
+def test_a_rule_of_the_pipelines_own_suite_that_fails_on_a_row_quarantines_that_row_only(spark, tmp_path):
+    """The suite compares a text column with a number: under ANSI, Spark casts the text and
+    raises on 'three'. That row is quarantined naming the rule; the job and the rest count."""
+    import json
+
+    from pyspark.sql import functions as F
+
+    from dataflow_core.spark.platform.tables import write_table
+
+    suite = tmp_path / "orders_qty.json"
+    suite.write_text(json.dumps({"name": "orders_qty", "expectations": [{
+        "type": "expect_column_values_to_be_between", "kwargs": {"column": "qty", "min_value": 0},
+        "meta": {"rule": "qty_not_negative"}}]}))
+    spec = orders_pipeline(f"t_suite_{next(_names)}", quality_suite=str(suite))
+    write_orders(spark, spec.input_table, GOOD + [("worded", "shop/7", 1.0, T, T + 1000)])
+    rows = read_table(spark, spec.input_table)
+    write_table(spark, rows.withColumn("qty", F.when(F.col("order_id") == "worded", "three").otherwise("3")),
+                spec.input_table, mode="overwrite")
+    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    assert reasons(spark, spec) == {"worded": "qty_not_negative: the rule's check fails on this row"}
+    assert result.ledger_ok and result.ledger["quarantined"] == 1 and result.ledger["accepted"] == 3
+    assert sums(spark, spec) == {"7": Decimal("3.750"), "8": Decimal("4.000")}

@@ -234,13 +234,25 @@ def row_rules(spec: PipelineSpec, rows: "DataFrame", at: ProcessingTime | None =
         suite.check_columns(input_columns(rows))
         names = {rule.name for rule, _, _ in model}
         for rule in suite.rules:
+            ok, reason = _suite_rule(rows, rule)
             if rule.name in names:
-                extra[rule.name] = rule.passes()
+                extra[rule.name] = ok
             else:
-                out.append((rule.name, rule.passes(), _lit(rule.name)))
+                out.append((rule.name, ok, reason))
     for rule, ok, reason in model:
         out.append((rule.name, ok & extra[rule.name] if rule.name in extra else ok, reason))
     return out
+
+
+def _suite_rule(rows: "DataFrame", rule) -> tuple["Column", "Column"]:
+    """(passes, reason) of a rule of the pipeline's own suite, evaluated guarded: a rule whose
+    check fails on a row (an ANSI cast of a malformed text compared with a number, say) is
+    broken by that row, which is quarantined saying so, instead of failing the job."""
+    from pyspark.sql import functions as F
+
+    evaluated = guarded(rows.sparkSession, rule.passes())
+    failed = F.lit(f"{rule.name}: the rule's check{_FAILS}")
+    return F.coalesce(evaluated["v"], F.lit(False)), F.when(evaluated.isNull(), failed).otherwise(_lit(rule.name))
 
 
 def broken(rules: "list[tuple[Column, Column]]") -> "Column":
