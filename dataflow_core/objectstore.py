@@ -16,8 +16,10 @@ the AWS SDKs' own, so a shell already set up for S3 needs nothing more:
   `io.delta.storage.S3SingleDriverLogStore` works, safe with ONE writing driver per table only
   (docs/deployment.md)
 
-Secrets never reach a message: `S3Settings`' repr leaves them out, and Spark redacts
-`fs.s3a.*.key` and `*token*` settings wherever it shows its configuration.
+Secrets never reach a message or a command line: `S3Settings`' repr leaves them out, they
+are set in the running JVM's Hadoop configuration (`credentials_conf`), never as a launch
+setting (which pyspark passes to spark-submit as `--conf`, visible to `ps`), and delta-rs and
+pyarrow get them in process.
 """
 
 from __future__ import annotations
@@ -69,8 +71,8 @@ class S3Settings:
         return self.endpoint is None or urlparse(self.endpoint).scheme != "http"
 
     def hadoop_conf(self) -> dict[str, str]:
-        """S3A's settings (without the `spark.hadoop.` prefix), and the log store Delta uses
-        for `s3a://` tables."""
+        """S3A's settings (without the `spark.hadoop.` prefix) but its credentials
+        (`credentials_conf`)."""
         conf = {
             "fs.s3a.impl": "org.apache.hadoop.fs.s3a.S3AFileSystem",
             "fs.s3a.endpoint.region": self.region,
@@ -82,13 +84,20 @@ class S3Settings:
         }
         if self.endpoint:
             conf["fs.s3a.endpoint"] = self.endpoint
-        if self.access_key and self.secret_key:
-            conf["fs.s3a.access.key"] = self.access_key
-            conf["fs.s3a.secret.key"] = self.secret_key
-            if self.session_token:
-                conf["fs.s3a.session.token"] = self.session_token
-                conf["fs.s3a.aws.credentials.provider"] = (
-                    "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider")
+        if self.access_key and self.secret_key and self.session_token:
+            conf["fs.s3a.aws.credentials.provider"] = "org.apache.hadoop.fs.s3a.TemporaryAWSCredentialsProvider"
+        return conf
+
+    def credentials_conf(self) -> dict[str, str]:
+        """S3A's credentials (without the `spark.hadoop.` prefix), for `session.set_credentials`
+        to put into the running JVM's Hadoop configuration: a setting given before the JVM
+        starts becomes a `--conf` argument of spark-submit, which any local user reads with
+        `ps`. Empty without keys: S3A's own credential chain (instance profiles, ...) serves."""
+        if not (self.access_key and self.secret_key):
+            return {}
+        conf = {"fs.s3a.access.key": self.access_key, "fs.s3a.secret.key": self.secret_key}
+        if self.session_token:
+            conf["fs.s3a.session.token"] = self.session_token
         return conf
 
     def spark_conf(self) -> dict[str, str]:

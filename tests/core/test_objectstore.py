@@ -15,7 +15,8 @@ def test_one_reading_serves_spark_and_delta_rs_alike():
     assert spark["spark.hadoop.fs.s3a.endpoint.region"] == rs["AWS_REGION"] == "eu-west-1"
     assert spark["spark.hadoop.fs.s3a.path.style.access"] == "true" and rs["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] == "false"
     assert spark["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false" and rs["AWS_ALLOW_HTTP"] == "true"
-    assert spark["spark.hadoop.fs.s3a.secret.key"] == rs["AWS_SECRET_ACCESS_KEY"] == "very-secret"
+    assert settings.credentials_conf()["fs.s3a.secret.key"] == rs["AWS_SECRET_ACCESS_KEY"] == "very-secret"
+    assert not any("very-secret" in value or "AKIA-ID" in value for value in spark.values())  # never a launch setting
     assert spark["spark.delta.logStore.s3a.impl"] == spark["spark.delta.logStore.s3.impl"] == LOG_STORE_CLASS
 
 

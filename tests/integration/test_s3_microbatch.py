@@ -64,6 +64,41 @@ def _kill_at_random(cmd: list[str], env: dict[str, str], seed: int) -> str:
         return f"{delay:.1f}s: killed after {said}"
 
 
+def _command_lines_while(procs: list[subprocess.Popen], secret: str) -> dict[str, list[str]]:
+    """The command lines (what `ps` shows any local user) of `procs` and their descendants,
+    read every half second until they end: the Java ones seen, and those holding `secret`."""
+    seen: dict[str, list[str]] = {"java": [], "with secret": []}
+    while any(p.poll() is None for p in procs):
+        for pid in _descendants({p.pid for p in procs}):
+            try:
+                text = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:  # the process ended meanwhile
+                continue
+            if "SparkSubmit" in text and text[:200] not in seen["java"]:
+                seen["java"].append(text[:200])
+            if secret in text:
+                seen["with secret"].append(text[:200])
+        time.sleep(0.5)
+    return seen
+
+
+def _descendants(roots: set[int]) -> set[int]:
+    """`roots` and every process below them, from /proc's parent ids."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, grew = set(roots), True
+    while grew:
+        below = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= below
+        grew = bool(below)
+    return found
+
+
 def test_a_killed_micro_batch_run_again_and_two_at_once_on_s3_equal_uninterrupted_runs(tmp_path: Path):
     from dataflow_core.objectstore import S3Settings
 
@@ -92,7 +127,9 @@ def test_a_killed_micro_batch_run_again_and_two_at_once_on_s3_equal_uninterrupte
 
         procs = [subprocess.Popen([*cmd, format_instant(BATCHES[1][0])], env=run_env, cwd=REPO,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for _ in range(2)]
+        shown = _command_lines_while(procs, server.env()["AWS_SECRET_ACCESS_KEY"])
         outcomes = sorted((p.wait(timeout=600), p.communicate()[0]) for p in procs)
+        assert shown["java"] and not shown["with secret"], shown  # their JVMs were seen, none with the key
         report = "\n---\n".join(out[-3000:] for _, out in outcomes)
         assert [code for code, _ in outcomes] == [0, BUSY_EXIT], report
         assert outcomes[1][1].strip().splitlines()[-1].startswith(f"dataflow microbatch: pipeline '{PIPELINE}'"), report

@@ -145,10 +145,25 @@ def _new_session(app_name: str, master: str | None, warehouse: str | os.PathLike
             .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
     spark = builder.getOrCreate()
+    if is_object_store(root):
+        set_credentials(spark, S3Settings.from_env())
     _defaults(spark, {**TABLE_DEFAULTS, **(LOCAL_SQL_DEFAULTS if local else {})})  # one look at the user's conf
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
     _quiet_python_error_logs()
     return spark
+
+
+def set_credentials(spark: "SparkSession", settings: S3Settings) -> None:
+    """The object store's credentials into the running JVM's Hadoop configuration, which every
+    Hadoop configuration Spark and Delta make for a job (executors' included) starts from; and
+    S3A's cached file systems dropped, so that none keeps credentials from before."""
+    conf = settings.credentials_conf()
+    if not conf:
+        return
+    hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, value in conf.items():
+        hadoop.set(key, value)
+    spark.sparkContext._jvm.org.apache.hadoop.fs.FileSystem.closeAll()
 
 
 def _storage(root: str, master: str) -> tuple[list[str], dict[str, str]]:
