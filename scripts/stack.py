@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import secrets
 import shutil
 import signal
 import subprocess
@@ -33,6 +34,10 @@ SETTINGS_FILE = ROOT / "stack.env"
 MARKER = "DATAFLOW_STACK_HOME"
 VENV_BIN = ROOT / ".venv" / "bin"
 START_TIMEOUT_S = 240
+SECRETS = ("POSTGRES_PASSWORD", "AIRFLOW_ADMIN_PASSWORD", "AIRFLOW_SECRET")
+"""Settings stack.env leaves empty, so that no two stacks share them: each is the
+environment's when set there, else generated on the stack's first start and kept in
+`<state>/secrets.env`, which only its user can read (`with_secrets`)."""
 
 
 def read_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -45,6 +50,37 @@ def read_settings(environ: dict[str, str] | None = None) -> dict[str, str]:
             name, _, value = line.partition("=")
             settings[name.strip()] = environ.get(name.strip(), value.strip())
     return settings
+
+
+def with_secrets(s: dict[str, str], state: Path) -> dict[str, str]:
+    """`s` with every one of SECRETS set: the environment's (already in `s`), else the one kept
+    in `<state>/secrets.env`, else a new random one kept there (mode 0600)."""
+    path = state / "secrets.env"
+    kept = read_env_file(path) if path.exists() else {}
+    missing = [name for name in SECRETS if not s.get(name) and not kept.get(name)]
+    if "POSTGRES_PASSWORD" in missing and (state / "postgres" / "data" / "PG_VERSION").exists():
+        raise SystemExit(f"make stack: the database in {state / 'postgres'} was made with a password this stack "
+                         "did not keep (an older stack.env's); set POSTGRES_PASSWORD to it, or remove that folder "
+                         "(Airflow's history with it)")
+    if missing:
+        kept.update({name: secrets.token_urlsafe(24) for name in missing})
+        state.mkdir(parents=True, exist_ok=True)
+        write_private(path, "".join(f"{name}={value}\n" for name, value in kept.items()))
+    return {**s, **{name: s.get(name) or kept[name] for name in SECRETS}}
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """NAME=value lines (comments and blank lines skipped)."""
+    pairs = (line.strip().partition("=") for line in path.read_text().splitlines())
+    return {name.strip(): value.strip() for name, _, value in pairs if name.strip() and not name.startswith("#")}
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write `text` to `path` readable and writable by this user only, from its first byte."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an older file keeps its mode through O_CREAT
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
 
 
 def state_dir() -> Path:
@@ -170,7 +206,7 @@ def _postgres(s: dict[str, str], env: dict[str, str], state: Path) -> None:
     fresh = not (data / "PG_VERSION").exists()
     folder.mkdir(parents=True, exist_ok=True)
     if fresh:
-        (folder / "pw").write_text(s["POSTGRES_PASSWORD"])
+        write_private(folder / "pw", s["POSTGRES_PASSWORD"])
         if _db_owner():
             state.chmod(0o755)  # the owner must reach its folder
             for path in (folder, folder / "pw"):
@@ -212,13 +248,18 @@ def _spark(s: dict[str, str], env: dict[str, str], state: Path) -> None:
 def _airflow(s: dict[str, str], env: dict[str, str], state: Path, say) -> None:
     home = state / "airflow"
     home.mkdir(parents=True, exist_ok=True)
-    (home / "passwords.json").write_text(json.dumps({s["AIRFLOW_ADMIN_USER"]: s["AIRFLOW_ADMIN_PASSWORD"]}))
+    write_private(home / "passwords.json", json.dumps({s["AIRFLOW_ADMIN_USER"]: s["AIRFLOW_ADMIN_PASSWORD"]}))
     _run([str(VENV_BIN / "airflow"), "db", "migrate"], env, "airflow db migrate")
     say("Airflow's database migrated")
     airflow = str(VENV_BIN / "airflow")
-    _daemon("airflow-apiserver", [airflow, "api-server", "--port", s["AIRFLOW_PORT"]], env, state)
-    for component in ("scheduler", "dag-processor", "triggerer"):
-        _daemon(f"airflow-{component}", [airflow, component], env, state)
+    _daemon("airflow-apiserver", [airflow, "api-server", "--host", "127.0.0.1", "--port", s["AIRFLOW_PORT"]], env,
+            state)
+    # Every process of the stack listens on the loopback address only. Airflow's log servers
+    # cannot (they bind every address), and on one machine are not needed: the api-server
+    # reads the tasks' log files where the scheduler's task processes write them.
+    for component, flags in (("scheduler", ["--skip-serve-logs"]), ("dag-processor", []),
+                             ("triggerer", ["--skip-serve-logs"])):
+        _daemon(f"airflow-{component}", [airflow, component, *flags], env, state)
 
 
 def _airflow_healthy(s: dict[str, str]) -> bool:
@@ -228,7 +269,8 @@ def _airflow_healthy(s: dict[str, str]) -> bool:
 
 
 def start() -> int:
-    s, state = read_settings(), state_dir()
+    state = state_dir()
+    s = with_secrets(read_settings(), state)
     if marked_processes(state):
         print(f"the stack is already running (stop it with: make stack-stop): {_address(s)}")
         return 0
@@ -261,7 +303,7 @@ def start() -> int:
     _wait("Airflow", lambda: _airflow_healthy(s), deadline)
     say("up")
     print(f"\nAirflow UI: {_address(s)}\nlog in as user: {s['AIRFLOW_ADMIN_USER']}   password: "
-          f"{s['AIRFLOW_ADMIN_PASSWORD']}\nSpark master UI: http://127.0.0.1:{s['SPARK_MASTER_WEBUI_PORT']}\n"
+          f"AIRFLOW_ADMIN_PASSWORD in {state / 'secrets.env'} (readable by you only)\nSpark master UI: http://127.0.0.1:{s['SPARK_MASTER_WEBUI_PORT']}\n"
           f"warehouse: {s['DATAFLOW_WAREHOUSE']} (S3 endpoint http://127.0.0.1:{s['S3_PORT']})\n"
           f"logs: {state / 'logs'}\nstop it with: make stack-stop")
     return 0

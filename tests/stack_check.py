@@ -90,11 +90,15 @@ def main() -> int:
             failure = "make stack failed"
         else:
             print(f"stack-check: make stack took {time.monotonic() - started:.0f} s", flush=True)
+            settings = stack.with_secrets(settings, state_dir)  # the ones it generated
+            exposed = _listening_beyond_loopback(stack.marked_processes(state_dir))
+            if exposed:
+                failure = f"the stack listens beyond the loopback address: {exposed}"
             ran = time.monotonic()
             state, tasks = _run_dag(settings)
             print(f"stack-check: dataflow_backfill for {DAY}: {state} in {time.monotonic() - ran:.0f} s; tasks: {tasks}")
             if state != "success":
-                failure = f"the DAG run ended {state}"
+                failure = failure or f"the DAG run ended {state}"
             else:
                 sql_env = stack.stack_env(settings, state_dir)
                 sql = subprocess.run([str(stack.VENV_BIN / "dataflow"), "sql", "SELECT count(*) AS n FROM billing"],
@@ -119,6 +123,37 @@ def main() -> int:
         return 1
     print(f"stack-check: passed in {total:.0f} s; no process of the stack is left")
     return 0
+
+
+def _listening_beyond_loopback(pids: list[int]) -> list[str]:
+    """`pid: address:port` of every TCP socket these processes listen on at an address other
+    than the loopback one (from /proc/net/tcp and tcp6, matched to their file descriptors)."""
+    inodes: dict[str, int] = {}
+    for pid in pids:
+        for fd in Path(f"/proc/{pid}/fd").glob("*"):
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes[target[8:-1]] = pid
+    exposed = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            address, port = fields[1].split(":")
+            if fields[3] == "0A" and fields[9] in inodes and not _loopback(address):  # 0A: LISTEN
+                exposed.append(f"{inodes[fields[9]]}: {address}:{int(port, 16)}")
+    return exposed
+
+
+def _loopback(address: str) -> bool:
+    """Whether a /proc/net/tcp(6) address (32-bit words in the host's byte order, here little
+    endian) is 127.0.0.0/8, ::1 or ::ffff:127.x.x.x."""
+    if len(address) == 8:
+        return address.endswith("7F")
+    return address == "00000000000000000000000001000000" or (
+        address.startswith("0000000000000000FFFF0000") and address.endswith("7F"))
 
 
 def _listening(port: int) -> bool:

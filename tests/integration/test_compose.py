@@ -30,7 +30,8 @@ SPARK_SERVICES = ("spark-master", *SPARK_WORKERS)
 MASTER_URL = "spark://spark-master:7077"
 
 
-VARIABLE = re.compile(r"\$\{(\w+)(?::-([^}]*))?\}")
+VARIABLE = re.compile(r"\$\{(\w+)(?::([-?])([^}]*))?\}")
+"""`${NAME}`, `${NAME:-default}` or `${NAME:?error}` (a setting compose refuses to go without)."""
 
 
 def _compose_text() -> str:
@@ -46,25 +47,59 @@ def _stack():
 
 
 @pytest.fixture(scope="module")
-def services() -> dict[str, dict]:
-    """The compose file as `docker compose --env-file stack.env` reads it."""
-    settings = _stack().read_settings({})
-    text = VARIABLE.sub(lambda m: settings.get(m.group(1), m.group(2) or ""), _compose_text())
+def settings(tmp_path_factory) -> dict[str, str]:
+    """stack.env's settings with the secrets a stack generates (as a `.env` file gives compose)."""
+    stack = _stack()
+    return stack.with_secrets(stack.read_settings({}), tmp_path_factory.mktemp("stack"))
+
+
+@pytest.fixture(scope="module")
+def services(settings) -> dict[str, dict]:
+    """The compose file as `docker compose --env-file stack.env --env-file .env` reads it."""
+    text = VARIABLE.sub(lambda m: settings.get(m.group(1)) or m.group(3) or "", _compose_text())
     return yaml.safe_load(text)["services"]
 
 
 def test_every_setting_of_the_compose_file_is_stack_envs():
-    """One source: each ${NAME:-value} defaults to stack.env's NAME, and each name is there."""
-    settings = _stack().read_settings({})
-    for name, default in VARIABLE.findall(_compose_text()):
-        assert name in settings, f"docker-compose.yml uses ${{{name}}}, which stack.env does not set"
-        assert default == settings[name], f"docker-compose.yml defaults {name} to {default!r}, stack.env to {settings[name]!r}"
-
-
-def test_make_stack_gives_airflow_and_spark_the_compose_files_settings(services, tmp_path):
-    """What differs is only where each service is: host names there, 127.0.0.1 and ports here."""
+    """One source: each ${NAME:-value} defaults to stack.env's NAME, and each name is there;
+    each secret is required (${NAME:?...}) and left empty in stack.env, so no two stacks share it."""
     stack = _stack()
     settings = stack.read_settings({})
+    for name, kind, default in VARIABLE.findall(_compose_text()):
+        assert name in settings, f"docker-compose.yml uses ${{{name}}}, which stack.env does not set"
+        if name in stack.SECRETS:
+            assert kind == "?" and settings[name] == "", f"{name} is a secret: required by compose, empty in stack.env"
+        else:
+            assert kind == "-" and default == settings[name], \
+                f"docker-compose.yml defaults {name} to {default!r}, stack.env to {settings[name]!r}"
+    assert {name for name, kind, _ in VARIABLE.findall(_compose_text()) if kind == "?"} == set(stack.SECRETS)
+
+
+def test_make_stack_makes_its_secrets_once_each_readable_by_its_user_only(tmp_path, monkeypatch):
+    stack = _stack()
+    first = stack.with_secrets(stack.read_settings({}), tmp_path / "one")
+    again = stack.with_secrets(stack.read_settings({}), tmp_path / "one")
+    other = stack.with_secrets(stack.read_settings({}), tmp_path / "two")
+    for name in stack.SECRETS:
+        assert len(first[name]) >= 24 and first[name] == again[name] != other[name], name
+    assert (tmp_path / "one" / "secrets.env").stat().st_mode & 0o777 == 0o600
+    mine = stack.with_secrets(stack.read_settings({"AIRFLOW_ADMIN_PASSWORD": "chosen"}), tmp_path / "one")
+    assert mine["AIRFLOW_ADMIN_PASSWORD"] == "chosen" and mine["AIRFLOW_SECRET"] == first["AIRFLOW_SECRET"]
+    (tmp_path / "old" / "postgres" / "data").mkdir(parents=True)
+    (tmp_path / "old" / "postgres" / "data" / "PG_VERSION").write_text("15")
+    with pytest.raises(SystemExit, match="set POSTGRES_PASSWORD to it"):
+        stack.with_secrets(stack.read_settings({}), tmp_path / "old")
+
+
+def test_every_published_port_is_on_the_loopback_address(services):
+    published = {name: ports for name, service in services.items() if (ports := service.get("ports"))}
+    assert published and all(str(port).startswith("127.0.0.1:") for ports in published.values() for port in ports), \
+        published
+
+
+def test_make_stack_gives_airflow_and_spark_the_compose_files_settings(services, settings, tmp_path):
+    """What differs is only where each service is: host names there, 127.0.0.1 and ports here."""
+    stack = _stack()
     mine = stack.stack_env(settings, tmp_path)
     theirs = _env(services["airflow-scheduler"])
     for key in ("AIRFLOW__CORE__EXECUTOR", "AIRFLOW__CORE__LOAD_EXAMPLES", "AIRFLOW__API_AUTH__JWT_SECRET",
