@@ -301,10 +301,14 @@ def start() -> int:
         raise SystemExit(f"make stack: the sample input failed: {output.strip().splitlines()[-1:]}")
     say("sample input written")
     _wait("Airflow", lambda: _airflow_healthy(s), deadline)
+    shell = state / "shell.env"
+    write_private(shell, "".join(f"export {name}={env[name]}\n" for name in (
+        "DATAFLOW_WAREHOUSE", "AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")))
     say("up")
     print(f"\nAirflow UI: {_address(s)}\nlog in as user: {s['AIRFLOW_ADMIN_USER']}   password: "
           f"AIRFLOW_ADMIN_PASSWORD in {state / 'secrets.env'} (readable by you only)\nSpark master UI: http://127.0.0.1:{s['SPARK_MASTER_WEBUI_PORT']}\n"
-          f"warehouse: {s['DATAFLOW_WAREHOUSE']} (S3 endpoint http://127.0.0.1:{s['S3_PORT']})\n"
+          f"warehouse: {s['DATAFLOW_WAREHOUSE']} (S3 endpoint http://127.0.0.1:{s['S3_PORT']}); from a shell: "
+          f"source {shell} && dataflow sql 'SHOW TABLES'\n"
           f"logs: {state / 'logs'}\nstop it with: make stack-stop")
     return 0
 
