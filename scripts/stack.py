@@ -308,7 +308,7 @@ def start() -> int:
     print(f"\nAirflow UI: {_address(s)}\nlog in as user: {s['AIRFLOW_ADMIN_USER']}   password: "
           f"AIRFLOW_ADMIN_PASSWORD in {state / 'secrets.env'} (readable by you only)\nSpark master UI: http://127.0.0.1:{s['SPARK_MASTER_WEBUI_PORT']}\n"
           f"warehouse: {s['DATAFLOW_WAREHOUSE']} (S3 endpoint http://127.0.0.1:{s['S3_PORT']}); from a shell: "
-          f"source {shell} && dataflow sql 'SHOW TABLES'\n"
+          f"source {shell} && dataflow sql 'SELECT count(*) FROM video_events'\n"
           f"logs: {state / 'logs'}\nstop it with: make stack-stop")
     return 0
 
