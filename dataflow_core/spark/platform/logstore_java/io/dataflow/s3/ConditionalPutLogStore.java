@@ -99,12 +99,16 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
     }
   }
 
-  /** True when the store refused the PUT because the object exists: status 412 (or S3A found it). */
+  /**
+   * True when the store refused the PUT because the object exists: status 412 or the error code
+   * PreconditionFailed of the store's answer (or S3A found the object), never a message's text.
+   */
   public static boolean versionTaken(Throwable error) {
     for (Throwable t = error; t != null; t = t.getCause()) {
       if (t instanceof java.nio.file.FileAlreadyExistsException
           || t instanceof org.apache.hadoop.fs.FileAlreadyExistsException
-          || statusCode(t) == 412) {
+          || statusCode(t) == 412
+          || "PreconditionFailed".equals(errorCode(t))) {
         return true;
       }
       if (t.getCause() == t) {
@@ -125,6 +129,17 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       return code instanceof Integer ? (Integer) code : -1;
     } catch (ReflectiveOperationException | RuntimeException e) {
       return -1;
+    }
+  }
+
+  /** The S3 error code of an AWS SDK exception ({@code awsErrorDetails().errorCode()}), else null. */
+  static String errorCode(Throwable t) {
+    try {
+      Object details = t.getClass().getMethod("awsErrorDetails").invoke(t);
+      Object code = details == null ? null : details.getClass().getMethod("errorCode").invoke(details);
+      return code instanceof String ? (String) code : null;
+    } catch (ReflectiveOperationException | RuntimeException e) {
+      return null;
     }
   }
 
