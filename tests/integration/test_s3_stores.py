@@ -55,8 +55,8 @@ def test_a_store_ignoring_if_none_match_is_refused_and_a_lost_answer_is_our_comm
 
     lost = steps["lose-commit-answers"]
     assert proxy.lost, "the proxy lost no answer: the retried PUT was not exercised"
-    assert lost["rows"] == [["a", 1], ["b", 2]], lost
-    assert lost["versions"] == [0, 1], lost
+    assert lost["rows"] == [["a", 1]], lost
+    assert lost["versions"] == [0], lost
     log = {key.rsplit("/", 1)[1]: n for key, n in s3.versions("lake", "retried/t/_delta_log/").items()
            if key.endswith(".json")}
-    assert log == {f"{v:020d}.json": 1 for v in (0, 1)}, log
+    assert log == {f"{0:020d}.json": 1}, log
