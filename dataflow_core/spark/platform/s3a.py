@@ -100,7 +100,14 @@ def check_conditional_writes(spark: "SparkSession", root: str, settings: S3Setti
         return
     from dataflow_core.spark.platform.tables import jvm_class
 
-    wrong = jvm_class(spark, LOG_STORE_CLASS).probe(root, spark.sparkContext._jsc.hadoopConfiguration())
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        wrong = jvm_class(spark, LOG_STORE_CLASS).probe(root, spark.sparkContext._jsc.hadoopConfiguration())
+    except Py4JJavaError as exc:
+        detail = " ".join(str(exc.java_exception.toString()).split())[:300]
+        raise DataflowError(f"cannot write to {root} at {settings.endpoint or 'AWS'} ({detail}): check the "
+                            "bucket, AWS_ENDPOINT_URL and the credentials (docs/deployment.md)") from None
     if wrong:
         raise DataflowError(
             f"the S3 store at {settings.endpoint or 'AWS'} is unsafe for commits to {root}: {wrong}; with it two "
