@@ -108,12 +108,14 @@ def test_the_next_commit_removes_a_killed_commits_temporary_file(spark, tmp_path
     log.mkdir(parents=True)  # as a commit killed before the table's first left it
     killed = log / ".00000000000000000000.json.0b5c2f1e-killed.tmp"
     live = log / ".00000000000000000000.json.7d1e9a30-live.tmp"
-    for temp in (killed, live):
+    killed_checkpoint = log / "._last_checkpoint.5e0c77aa-killed.tmp"
+    for temp in (killed, live, killed_checkpoint):
         temp.write_text('{"commitInfo":{}}\n')
     hour_ago = time.time() - 3600
-    os.utime(killed, (hour_ago, hour_ago))
+    for temp in (killed, killed_checkpoint):
+        os.utime(temp, (hour_ago, hour_ago))
     write_table(spark, spark.createDataFrame([("b", 2)], "tag string, n int"), "stale_temps", mode="append")
-    assert not killed.exists(), "a killed commit's temporary file outlived the next commit"
+    assert not killed.exists() and not killed_checkpoint.exists(), "a killed commit's temporary file outlived the next commit"
     assert live.exists(), "a temporary file young enough to be a live commit's was removed"
     assert [p.name for p in log.glob("*.json")] == [f"{0:020d}.json"]
 

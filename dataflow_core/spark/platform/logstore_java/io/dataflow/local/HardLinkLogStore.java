@@ -50,7 +50,7 @@ public class HardLinkLogStore extends HadoopFileSystemLogStore {
 
   /** Age past which a commit's temporary file is a killed commit's (a live one lasts milliseconds). */
   public static final long STALE_TEMP_MILLIS = 15 * 60 * 1000L;
-  private static final String TEMP_GLOB = ".*.json.*.tmp";
+  private static final String TEMP_GLOB = ".{*.json,_last_checkpoint}.*.tmp";  // this class's own temporary files
 
   public HardLinkLogStore(Configuration hadoopConf) {
     super(hadoopConf);
