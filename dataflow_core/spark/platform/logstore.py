@@ -13,9 +13,12 @@ replace them (docs/deployment.md, "Commits from many drivers"):
 
 `make setup` compiles them with the JDK's `javac` into `.cache/` (`localfs.compile_jar`);
 every session loads the jar through `spark.jars` (Delta's classes, which they extend, are
-loaded there too) and names the `file:` store (`session_conf`). Without a JDK a local
-warehouse keeps Delta's store, exclusive within one process only, and a warehouse on S3 is
-refused (`s3a.session_jars`).
+loaded there too) and names the `file:` store (`session_conf`). The jar's folder is named by a
+digest of the sources, Hadoop's and Delta's jars, so an upgrade or a changed source looks for
+a jar of its own, which a session compiles then (`local_jar`). A session that has none
+(no JDK to compile with) is refused in one line, on S3 and on a local folder alike, unless
+the user names another store for `file:` tables (`named_store`): Delta's own is exclusive
+within one process only, so silently falling back to it would lose commits of two processes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dataflow_core.errors import DataflowError
 from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import cache_dir, delta_jars
 
@@ -70,10 +74,61 @@ def built_jar() -> Path | None:
     return jar if jar.is_file() else None
 
 
-def session_conf(jar: Path | None) -> dict[str, str]:
-    """Delta's log store for `file:` tables when the jar is loaded, else nothing (Delta's own)."""
-    store = os.environ.get(LOCAL_LOG_STORE_ENV) or (LOCAL_LOG_STORE if jar is not None else None)
-    return {"spark.delta.logStore.file.impl": store} if store else {}
+FILE_STORE_CONF = "spark.delta.logStore.file.impl"
+_FILE_STORE_LINE = re.compile(r"^\s*" + re.escape(FILE_STORE_CONF) + r"\s*[=:\s]\s*(\S+)", re.MULTILINE)
+
+
+def local_jar() -> tuple[Path | None, str]:
+    """The jar for a local session, compiled when missing (a changed source, an upgraded
+    pyspark or Delta); else None and why it could not be built."""
+    try:
+        jar = build_jar()
+    except (OSError, subprocess.CalledProcessError) as exc:
+        detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:200]
+        return None, f"it did not build: {detail}"
+    return jar, "" if jar is not None else "no JDK's javac to compile it with"
+
+
+def named_store(env: dict[str, str] | None = None) -> str | None:
+    """The `file:` log store the user names: `$DATAFLOW_LOCAL_LOG_STORE`, else
+    `spark.delta.logStore.file.impl` in `$PYSPARK_SUBMIT_ARGS` or spark-defaults.conf
+    (`$SPARK_CONF_DIR`, else pyspark's `conf/`), where Spark itself would read it."""
+    env = os.environ if env is None else env
+    if env.get(LOCAL_LOG_STORE_ENV):
+        return env[LOCAL_LOG_STORE_ENV]
+    given = re.search(re.escape(FILE_STORE_CONF) + r"=(\S+)", env.get("PYSPARK_SUBMIT_ARGS", ""))
+    if given:
+        return given.group(1)
+    conf_dir = Path(env["SPARK_CONF_DIR"]) if env.get("SPARK_CONF_DIR") else None
+    if conf_dir is None:
+        from dataflow_core.spark.platform.jars import spark_home
+
+        conf_dir = spark_home() / "conf"
+    defaults = conf_dir / "spark-defaults.conf"
+    found = _FILE_STORE_LINE.search(defaults.read_text(errors="replace")) if defaults.is_file() else None
+    return found.group(1) if found else None
+
+
+def session_conf(jar: Path | None, why: str = "", named: str | None = None) -> dict[str, str]:
+    """Delta's log store for `file:` tables: the one the user names (`named_store`), else the
+    product's when its jar is loaded. Raises DataflowError (one line) with neither: Delta's
+    default would commit exclusively within this process only, with no word."""
+    if named:
+        return {FILE_STORE_CONF: named}
+    if jar is None:
+        raise DataflowError(
+            f"local commits need the product's log store ({LOCAL_LOG_STORE}), and {_expected_jar()} is "
+            f"missing ({why or 'not built'}): install a JDK and run `make setup`, or name another store "
+            f"for file: tables with {LOCAL_LOG_STORE_ENV}=<class> (or {FILE_STORE_CONF}), e.g. "
+            "io.delta.storage.HDFSLogStore, exclusive within ONE process only")
+    return {FILE_STORE_CONF: LOCAL_LOG_STORE}
+
+
+def _expected_jar() -> str:
+    try:
+        return str(jar_path())
+    except FileNotFoundError as exc:
+        return f"its jar ({exc})"
 
 
 def main() -> int:
@@ -82,12 +137,12 @@ def main() -> int:
         jar = build_jar()
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:300]
-        print(f"warning: the log stores did not build ({detail}); a warehouse on S3 is refused and local "
-              "commits are exclusive within one process only", file=sys.stderr)
+        print(f"warning: the log stores did not build ({detail}); sessions are refused until they do "
+              f"(or {LOCAL_LOG_STORE_ENV} names another store for local tables)", file=sys.stderr)
         return 0
     if jar is None:
-        print("no JDK (javac) found: a warehouse on S3 is refused and local commits are exclusive within one "
-              "process only (the product's log stores need a JDK)")
+        print("no JDK (javac) found: sessions are refused (the product's log stores need a JDK), unless "
+              f"{LOCAL_LOG_STORE_ENV} names another store for local tables (a warehouse on S3 needs the JDK)")
     else:
         print(f"log stores (hard-link commits on file:, conditional puts on S3): {jar}")
     return 0

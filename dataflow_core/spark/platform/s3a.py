@@ -15,6 +15,12 @@ disappears (delta-io/delta#1830). The product's `ConditionalPutLogStore` (built 
 (`If-None-Match: *`), so the second driver is told the version is taken and Delta retries; a
 session on S3 loads it through `spark.jars` and names it as Delta's log store for `s3a://` and
 `s3://` (`dataflow_core.objectstore.S3Settings.spark_conf`).
+
+The store. That log store is safe only on a store that honours `If-None-Match: *`; one that
+ignores it answers both drivers 200 and a commit is lost. So a session probes each S3
+warehouse once, before any table is written (`check_conditional_writes`): two conditional
+creates of one probe object through the log store's own S3 client, the second of which must be
+refused (412); a store that lets it through is refused in one line.
 """
 
 from __future__ import annotations
@@ -24,10 +30,15 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.spark.platform import localfs, logstore
+from dataflow_core.objectstore import LOG_STORE_CLASS, S3Settings
 from dataflow_core.spark.platform.jars import JarSet, cache_dir, delta_jars, resolve_jars, write_lock
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 LOCK_FILE = Path(__file__).with_name("s3a-jars.lock")
 MANIFEST_NAME = "s3a-jars.json"
@@ -74,6 +85,36 @@ def required_log_store() -> Path:
                             "compiles with a JDK's javac: install a JDK (e.g. openjdk-17-jdk-headless) "
                             "and run `make setup`")
     return store
+
+
+_probed: set[tuple[str | None, str]] = set()
+"""(endpoint, warehouse) pairs this process has probed and found safe."""
+
+
+def check_conditional_writes(spark: "SparkSession", root: str, settings: S3Settings | None = None) -> None:
+    """Refuse (DataflowError, one line) a warehouse on S3 whose store does not refuse a second
+    conditional create of one object; once per endpoint and warehouse in a process. A user
+    who names another S3 log store (`DATAFLOW_S3_LOG_STORE`) has chosen its rules: no probe."""
+    settings = settings or S3Settings.from_env()
+    if settings.log_store != LOG_STORE_CLASS or (settings.endpoint, root) in _probed:
+        return
+    from dataflow_core.spark.platform.tables import jvm_class
+
+    from py4j.protocol import Py4JJavaError
+
+    try:
+        wrong = jvm_class(spark, LOG_STORE_CLASS).probe(root, spark.sparkContext._jsc.hadoopConfiguration())
+    except Py4JJavaError as exc:
+        detail = " ".join(str(exc.java_exception.toString()).split())[:300]
+        raise DataflowError(f"cannot write to {root} at {settings.endpoint or 'AWS'} ({detail}): check the "
+                            "bucket, AWS_ENDPOINT_URL and the credentials (docs/deployment.md)") from None
+    if wrong:
+        raise DataflowError(
+            f"the S3 store at {settings.endpoint or 'AWS'} is unsafe for commits to {root}: {wrong}; with it two "
+            f"drivers can both commit one table version and one commit is lost: use a store that honours "
+            f"conditional writes, or DATAFLOW_S3_LOG_STORE=io.delta.storage.S3SingleDriverLogStore with ONE "
+            f"writing driver per table (docs/deployment.md)")
+    _probed.add((settings.endpoint, root))
 
 
 def main(argv: list[str] | None = None) -> int:

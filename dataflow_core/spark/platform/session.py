@@ -104,6 +104,10 @@ def _switch_warehouse(active: "SparkSession", root: str) -> None:
     if is_object_store(root) and not active.conf.get("spark.delta.logStore.s3a.impl", None):
         raise DataflowError(f"this process's Spark session was started for a local warehouse and "
                             f"cannot reach {root}: run the command in a new process")
+    if is_object_store(root):
+        from dataflow_core.spark.platform import s3a
+
+        s3a.check_conditional_writes(active, root)
     active.conf.set(WAREHOUSE_CONF, root)
 
 
@@ -145,8 +149,16 @@ def _new_session(app_name: str, master: str | None, warehouse: str | os.PathLike
             .config("spark.driver.memory", os.environ.get("DATAFLOW_SPARK_DRIVER_MEMORY", "2g"))
         )
     spark = builder.getOrCreate()
-    if is_object_store(root):
+    if is_object_store(root):  # credentials first; then, before any table is written, the probe: a
+        # store that ignores If-None-Match loses commits
+        from dataflow_core.spark.platform import s3a
+
         set_credentials(spark, S3Settings.from_env())
+        try:
+            s3a.check_conditional_writes(spark, root)
+        except DataflowError:
+            spark.stop()
+            raise
     _defaults(spark, {**TABLE_DEFAULTS, **(LOCAL_SQL_DEFAULTS if local else {})})  # one look at the user's conf
     spark.sparkContext.setLogLevel(os.environ.get("DATAFLOW_SPARK_LOG_LEVEL", "WARN"))
     _quiet_python_error_logs()
@@ -175,13 +187,14 @@ def _storage(root: str, master: str) -> tuple[list[str], dict[str, str]]:
         from dataflow_core.spark.platform import s3a
 
         store: Path | None = s3a.required_log_store()
+        why = ""
         jars += s3a.connector_jars()
         fs_conf = S3Settings.from_env().spark_conf()
     else:  # local disks without a process per file, when built
-        store = logstore.built_jar()
+        store, why = logstore.local_jar()
         fs_conf = localfs.driver_setup(master)
     jars += [str(store)] if store else []
-    fs_conf.update(logstore.session_conf(store))
+    fs_conf.update(logstore.session_conf(store, why, logstore.named_store()))  # refuses without a store
     return jars, fs_conf
 
 

@@ -3,13 +3,17 @@ package io.dataflow.local;
 import io.delta.storage.HadoopFileSystemLogStore;
 import java.io.FileNotFoundException;
 import java.io.IOException;
-import java.io.OutputStream;
+import java.io.ByteArrayOutputStream;
+import java.nio.ByteBuffer;
+import java.nio.channels.FileChannel;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.DirectoryStream;
 import java.nio.file.FileAlreadyExistsException;
 import java.nio.file.Files;
 import java.nio.file.Paths;
 import java.nio.file.StandardCopyOption;
 import java.nio.file.StandardOpenOption;
+import java.nio.file.attribute.FileTime;
 import java.util.Iterator;
 import java.util.UUID;
 import org.apache.hadoop.conf.Configuration;
@@ -35,8 +39,18 @@ import org.apache.hadoop.fs.Path;
  * the commit in one line rather than write unsafely. Overwrites (_last_checkpoint) replace the
  * file with an atomic rename: last writer wins, as on any store. Reads and listings are
  * Hadoop's.
+ *
+ * <p>Durable: the temporary file is synced (fsync) before it is linked and the folder after,
+ * so that a power loss cannot leave an N.json that is empty or absent after Delta was told
+ * the commit is made. Temporary files of commits killed before their cleanup (a process
+ * killed between write and link) are removed by the next commit to the same log, once older
+ * than {@link #STALE_TEMP_MILLIS}: no live commit holds one that long.
  */
 public class HardLinkLogStore extends HadoopFileSystemLogStore {
+
+  /** Age past which a commit's temporary file is a killed commit's (a live one lasts milliseconds). */
+  public static final long STALE_TEMP_MILLIS = 15 * 60 * 1000L;
+  private static final String TEMP_GLOB = ".{*.json,_last_checkpoint}.*.tmp";  // this class's own temporary files
 
   public HardLinkLogStore(Configuration hadoopConf) {
     super(hadoopConf);
@@ -52,22 +66,63 @@ public class HardLinkLogStore extends HadoopFileSystemLogStore {
     }
     java.nio.file.Path temp = folder.resolve("." + target.getFileName() + "." + UUID.randomUUID() + ".tmp");
     try {
-      try (OutputStream out = Files.newOutputStream(temp, StandardOpenOption.CREATE_NEW)) {
-        while (actions.hasNext()) {
-          out.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
-        }
-      }
+      writeSynced(temp, actions);
       // a checksum Hadoop's local file system left for an earlier file of this name would
       // no longer match: gone before the new content appears
       Files.deleteIfExists(folder.resolve("." + target.getFileName() + ".crc"));
       if (overwrite) {
         Files.move(temp, target, StandardCopyOption.ATOMIC_MOVE, StandardCopyOption.REPLACE_EXISTING);
-        return;
+      } else {
+        link(target, temp, path);
       }
-      link(target, temp, path);
+      syncFolder(folder);
     } finally {
       Files.deleteIfExists(temp);
     }
+    removeStaleTemps(folder, System.currentTimeMillis() - STALE_TEMP_MILLIS);
+  }
+
+  /** The lines, written whole to a new file and synced to the disk before it may be linked. */
+  private static void writeSynced(java.nio.file.Path temp, Iterator<String> actions) throws IOException {
+    ByteArrayOutputStream content = new ByteArrayOutputStream();
+    while (actions.hasNext()) {
+      content.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
+    }
+    try (FileChannel out = FileChannel.open(temp, StandardOpenOption.CREATE_NEW, StandardOpenOption.WRITE)) {
+      ByteBuffer buffer = ByteBuffer.wrap(content.toByteArray());
+      while (buffer.hasRemaining()) {
+        out.write(buffer);
+      }
+      out.force(true);
+    }
+  }
+
+  /** The folder's entries (the new N.json) synced, so the link survives a power loss too. */
+  private static void syncFolder(java.nio.file.Path folder) throws IOException {
+    try (FileChannel dir = FileChannel.open(folder, StandardOpenOption.READ)) {
+      dir.force(true);
+    } catch (UnsupportedOperationException e) {
+      // a platform that cannot open a folder (not Linux or macOS): the file itself is synced
+    }
+  }
+
+  /** Temporary files of killed commits in this log folder, older than {@code before}: removed. */
+  public static int removeStaleTemps(java.nio.file.Path folder, long before) {
+    int removed = 0;
+    try (DirectoryStream<java.nio.file.Path> temps = Files.newDirectoryStream(folder, TEMP_GLOB)) {
+      for (java.nio.file.Path temp : temps) {
+        try {
+          if (Files.getLastModifiedTime(temp).compareTo(FileTime.fromMillis(before)) < 0 && Files.deleteIfExists(temp)) {
+            removed++;
+          }
+        } catch (IOException e) {
+          // gone meanwhile, or not ours to remove: the next commit tries again
+        }
+      }
+    } catch (IOException e) {
+      // the commit is made; cleaning waits for the next
+    }
+    return removed;
   }
 
   private static void link(java.nio.file.Path target, java.nio.file.Path temp, Path path) throws IOException {
