@@ -189,11 +189,11 @@ def add_columns(spark: "SparkSession", name: str, columns: dict[str, str]) -> No
 def merge_rows(
     spark: "SparkSession", name: str, rows: "DataFrame", keys: Sequence[str], delete: bool, update: bool,
     txn: Txn | None = None, target_filter: str | None = None, cluster_by: Sequence[str] = (),
-    update_set: dict[str, str] | None = None,
+    update_set: dict[str, str] | None = None, properties: dict[str, str] | None = None,
 ) -> int:
     """MERGE `rows` into table `name` on `keys` (null-safe). A missing table is created by
     a plain write of the rows (`_created_with`), with Delta's liquid clustering on
-    `cluster_by` when given. Rows with `_delete` delete
+    `cluster_by` when given and the table `properties`. Rows with `_delete` delete
     their match (when `delete`); others update it (when `update`; `update_set` overrides
     the value of some columns with SQL over target `t` and source `s`) or are inserted.
     `target_filter` is a condition on `t` that every match meets, so Delta skips files.
@@ -202,7 +202,7 @@ def merge_rows(
 
     _before_commit(name)
     if not table_exists(spark, name):
-        created = _created_with(spark, name, rows, txn, cluster_by)
+        created = _created_with(spark, name, rows, txn, cluster_by, properties=properties)
         if created is not None:
             return created
     path = table_path(spark, name)
@@ -231,7 +231,7 @@ def merge_rows(
 
 def _created_with(
     spark: "SparkSession", name: str, rows: "DataFrame", txn: Txn | None, cluster_by: Sequence[str] = (),
-    again: bool = False,
+    again: bool = False, properties: dict[str, str] | None = None,
 ) -> int | None:
     """A missing table made by one write of what a MERGE into nothing would insert (every
     row not marked `_delete`), so its first rows cost no join and no second pass; clustered
@@ -250,21 +250,24 @@ def _created_with(
         rows = rows.where(~F.col("_delete")).drop("_delete")
     path = table_path(spark, name)
     try:
-        if cluster_by:
+        if cluster_by or properties:
             # Delta ignores the clustering of a plain write to a path; CREATE TABLE AS SELECT
             # keeps it (its columns nullable, as a plain write makes them), under `txn` too.
             # Run in the rows' own session (a stream's batch has one of its own).
-            columns, session = ", ".join(f"`{c}`" for c in cluster_by), rows.sparkSession
+            session = rows.sparkSession
+            clustered = f" CLUSTER BY ({', '.join(f'`{c}`' for c in cluster_by)})" if cluster_by else ""
+            props = ", ".join(f"'{k}' = '{v}'" for k, v in (properties or {}).items())
             with idempotent(session, txn):
-                session.sql(f"CREATE TABLE delta.`{path}` USING delta CLUSTER BY ({columns}) AS SELECT * FROM {{rows}}",
-                            rows=rows)
+                session.sql(f"CREATE TABLE delta.`{path}` USING delta{clustered}"
+                            f"{f' TBLPROPERTIES ({props})' if props else ''} AS SELECT * FROM {{rows}}", rows=rows)
         else:
             idempotent_writer(rows.write.format("delta").mode("errorifexists"), txn).save(path)
     except Exception as exc:
         if table_exists(spark, name):
             return None
-        if cluster_by and not again and "TABLE_OR_VIEW_ALREADY_EXISTS" in str(exc) and drop_path(spark, path):
-            return _created_with(spark, name, rows, txn, cluster_by, again=True)
+        if (cluster_by or properties) and not again and "TABLE_OR_VIEW_ALREADY_EXISTS" in str(exc) \
+                and drop_path(spark, path):
+            return _created_with(spark, name, rows, txn, cluster_by, again=True, properties=properties)
         raise
     register_table(spark, name)
     metrics = commit_info(spark, path, 0).get("operationMetrics") or {}

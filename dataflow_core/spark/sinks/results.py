@@ -32,6 +32,12 @@ OPTIMIZE): a later run's MERGE touches recent windows only (`window_end_from`), 
 files laid out by window end, Delta skips the files of older windows instead of rewriting
 files that mix every hour of the table's history."""
 
+CHANGE_FEED = {"delta.enableChangeDataFeed": "true"}
+"""A results table is created with Delta's change data feed on: a downstream reader asks
+Delta what changed since the version it last read (`readChangeFeed`, `table_changes`), and
+a correction reads as the update of a window's row (its pre- and post-image), a window
+retracted or merged away as its row's delete."""
+
 RESULT_COLUMNS = (
     "window_start", "window_end", "value", "timestamp", "timing", "pane_index", "on_time_index",
     "updated_at", "pane_id", "run_id",
@@ -77,7 +83,7 @@ def write_results(
     keys = [*stage.key_columns, "window_start", "window_end"]
     prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
     return merge_rows(spark, layout.results(stage), rows, keys, delete=True, update=True, txn=txn,
-                      target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS)
+                      target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS, properties=CHANGE_FEED)
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
