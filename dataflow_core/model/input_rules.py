@@ -87,17 +87,20 @@ class DuplicateShare:
     `limit` of them may be duplicate deliveries (an event id another row of the set has
     too). Constant or empty event ids make every event after the first a "duplicate", which
     no row rule sees: only the share tells. The input gate renders it as its unique-share
-    expectation (`name`), a micro-batch checks its own rows with `broken`."""
+    expectation (`name`), a micro-batch checks its own rows with `broken`. A set of fewer
+    than `min_rows` rows is not judged: one redelivery among a handful of rows is a large
+    share and no sign of broken ids (a micro-batch of a quiet minute)."""
 
     limit: float
     name: str = "duplicate_share_under_threshold"
+    min_rows: int = 20
 
     @staticmethod
     def share(rows: int, duplicates: int) -> float:
         return duplicates / rows if rows else 0.0
 
     def broken(self, rows: int, duplicates: int) -> bool:
-        return self.share(rows, duplicates) > self.limit
+        return rows >= self.min_rows and self.share(rows, duplicates) > self.limit
 
     @property
     def min_unique_share(self) -> float:

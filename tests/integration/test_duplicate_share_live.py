@@ -21,7 +21,7 @@ from dataflow_core.spark.sinks.seen_ids import seen_table
 from dataflow_core.pipelines.layout import panes
 from tests.integration.test_definitions import DAY0, H, orders_pipeline
 
-ROWS = 10
+ROWS = 20  # the least a batch the rule judges (`DuplicateShare.min_rows`)
 
 
 def test_constant_event_ids_fail_the_micro_batch_loudly_and_an_explicit_override_accepts_it(spark):
@@ -39,7 +39,7 @@ def test_constant_event_ids_fail_the_micro_batch_loudly_and_an_explicit_override
     line = str(refused.value)
     assert "\n" not in line
     batch = int(re.search(r"batch (\d+) refused", line).group(1))
-    assert f"pipeline {spec.name!r}" in line and "9 of its 10 rows (90.0%)" in line
+    assert f"pipeline {spec.name!r}" in line and "19 of its 20 rows (95.0%)" in line
     assert "max_duplicate_share 30.0%" in line and "nothing of the batch was committed" in line
     assert f"--max-duplicate-share 1" in line and f"--skip-batch {batch}" in line
     assert not table_exists(spark, seen_table(spec)) and not table_exists(spark, panes(spec.stages[0]))
