@@ -11,6 +11,10 @@ replace them (docs/deployment.md, "Commits from many drivers"):
 - `io.dataflow.s3.ConditionalPutLogStore` for `s3a:`/`s3:`: N.json is one PUT with
   `If-None-Match: *` (`dataflow_core.objectstore` names it).
 
+The same jar's `io.dataflow.streaming.ExclusiveCheckpointFileManager` makes a stream's
+checkpoint files (a batch's offsets, its commit) with the same exclusive create, so two
+processes planning one stream batch cannot both make it (`session_conf`).
+
 `make setup` compiles them with the JDK's `javac` into `.cache/` (`localfs.compile_jar`);
 every session loads the jar through `spark.jars` (Delta's classes, which they extend, are
 loaded there too) and names the `file:` store (`session_conf`). Without a JDK a local
@@ -33,6 +37,7 @@ from dataflow_core.spark.platform.jars import cache_dir, delta_jars
 SOURCES = Path(__file__).with_name("logstore_java")
 JAR_NAME = "dataflow-logstores.jar"
 LOCAL_LOG_STORE = "io.dataflow.local.HardLinkLogStore"
+CHECKPOINT_MANAGER = "io.dataflow.streaming.ExclusiveCheckpointFileManager"
 LOCAL_LOG_STORE_ENV = "DATAFLOW_LOCAL_LOG_STORE"
 """Another class for `file:` tables, e.g. `io.delta.storage.HDFSLogStore` (Delta's default)
 on a mount without hard links: then ONE writing process per table only."""
@@ -58,7 +63,9 @@ def build_jar() -> Path | None:
     target = jar_path()
     if target.is_file():
         return target
-    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar()], target)
+    spark_jars = f"{localfs.spark_home() / 'jars'}/*"  # the checkpoint manager extends Spark's
+    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar(), spark_jars],
+                               target)
 
 
 def built_jar() -> Path | None:
@@ -71,9 +78,13 @@ def built_jar() -> Path | None:
 
 
 def session_conf(jar: Path | None) -> dict[str, str]:
-    """Delta's log store for `file:` tables when the jar is loaded, else nothing (Delta's own)."""
+    """Delta's log store for `file:` tables and the streams' checkpoint files
+    (`CHECKPOINT_MANAGER`) when the jar is loaded, else nothing (Delta's and Spark's own)."""
     store = os.environ.get(LOCAL_LOG_STORE_ENV) or (LOCAL_LOG_STORE if jar is not None else None)
-    return {"spark.delta.logStore.file.impl": store} if store else {}
+    conf = {"spark.delta.logStore.file.impl": store} if store else {}
+    if jar is not None and store == LOCAL_LOG_STORE:  # a mount without hard links keeps Spark's create
+        conf["spark.sql.streaming.checkpointFileManagerClass"] = CHECKPOINT_MANAGER
+    return conf
 
 
 def main() -> int:
