@@ -4,8 +4,11 @@ Every 5 minutes by default (`$DATAFLOW_MICROBATCH_SCHEDULE`, or
 `$DATAFLOW_MICROBATCH_SCHEDULE__<PIPELINE>` for one pipeline: a cron expression or preset),
 one active run at a time, no catch-up: `microbatch` runs one micro-batch of the pipeline
 (`dataflow microbatch --pipeline NAME`), then `gate_output` checks the panes and results of
-the windows it touched. A run that finds the pipeline already running elsewhere (another
-micro-batch or a backfill holds it) is skipped with that reason, not failed. Created paused.
+the windows it touched. Created paused. A run that finds the pipeline busy (exit 75: another
+micro-batch or a backfill that is alive and working holds it) is skipped with that reason. A
+run that finds it held by a run whose process is gone or whose last status is `failed` (exit
+76, `PipelineStuck`) *fails*, with one line naming that run and the commands that resume and
+abandon it: nothing runs until someone does, so a skip would hide it.
 
 The output gate checks the panes the batch wrote (the pane log names them `batch-N`), and
 fails if the batch wrote panes but the gate found none to check.
@@ -16,7 +19,8 @@ unticked, the run stays *queued* until someone unpauses the DAG. For one batch o
 `dataflow_microbatch_once` (no schedule, never paused) with the pipeline as its parameter.
 Pause again with the DAG's toggle or `airflow dags pause dataflow_microbatch__<pipeline>`.
 A manual run while a scheduled one is running waits for it (one active run per DAG); a
-micro-batch that still finds the pipeline busy (a backfill) is skipped, not failed.
+micro-batch that still finds the pipeline busy (a live backfill) is skipped, one that finds it
+stuck fails, as above.
 
 Live completeness: a batch can leave a processing-time timer pending (billing's early
 figures every 10 minutes); the windows it belongs to are incomplete until a batch runs after

@@ -131,7 +131,7 @@ def pipeline(name: str, *, input_table: str, key: Any, value: str, stages: Seque
              watermark: Any = None, **settings: Any) -> PipelineSpec:
     """Define and register a pipeline (`PipelineSpec`'s fields: `where`, `event_time`,
     `ingest_time`, `event_id`, `partition_column`, `quality_suite`, `max_skew`,
-    `description`); `watermark` defaults to a heuristic one trailing the latest event time
+    `max_duplicate_share`, `description`); `watermark` defaults to a heuristic one trailing the latest event time
     by two minutes."""
     estimator = watermark if watermark is not None else HeuristicWatermark(bound="2m")
     return register(PipelineSpec(name=name, input_table=input_table, key=key, value=value, stages=tuple(stages),

@@ -27,6 +27,7 @@ AD_SESSIONS = pipeline(
     partition_column="event_date",
     quality_suite="video_events",
     where="ad_id IS NOT NULL",
+    max_duplicate_share=0.25,  # its live views arrive twice up to 20 % of a batch (the demo's)
     key=("user_id", "ad_id"),
     value="1",
     watermark=HeuristicWatermark(bound="2m"),

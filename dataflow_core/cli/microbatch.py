@@ -41,6 +41,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-bytes-per-batch", default=None, metavar="SIZE",
                    help="going live: the most input one batch reads (Delta's maxBytesPerTrigger, e.g. 256m, the "
                         "default), oldest files first; later runs go on from the checkpoint")
+    p.add_argument("--max-duplicate-share", type=float, default=None, metavar="SHARE",
+                   help="this run only: the largest share of a batch's rows that may repeat another row's event id "
+                        "(default: the pipeline's max_duplicate_share); 1 accepts a batch refused for its duplicates")
     add_wait_option(p)
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default $DATAFLOW_WAREHOUSE or ./warehouse)")
@@ -62,6 +65,11 @@ def _checked_options(args: argparse.Namespace) -> float | None:
         raise DataflowError(f"--starting-version: {args.starting_version} is no table version; give 0 or more")
     if args.max_bytes_per_batch and not re.fullmatch(r"\d+[kmgt]?b?", args.max_bytes_per_batch.lower()):
         raise DataflowError(f"--max-bytes-per-batch: {args.max_bytes_per_batch!r} is no size; give e.g. 256m or 1g")
+    if args.max_duplicate_share is not None:
+        if not 0 <= args.max_duplicate_share <= 1:
+            raise DataflowError(f"--max-duplicate-share: {args.max_duplicate_share:g} is no share; give 0 to 1")
+        if args.loop:
+            raise DataflowError("--max-duplicate-share accepts the batches of one run; leave out --loop")
     if args.reason and args.skip_batch is None:
         raise DataflowError("--reason says why a batch is skipped; give the batch with --skip-batch N")
     return every
@@ -110,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         return 1 if unbalanced else 0
     try:
         result = until_free(lambda: run_microbatch(spark, args.pipeline, now=args.now, progress=say,
-                                                   first_read=first_read),
+                                                   first_read=first_read, max_duplicate_share=args.max_duplicate_share),
                             wait_seconds(args.wait), say)
     except PipelineBusy as exc:
         print(f"dataflow microbatch: {exc}", flush=True)

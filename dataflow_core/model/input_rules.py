@@ -77,6 +77,37 @@ class InputRule:
     limit_ms: int | None = None
 
 
+DEFAULT_MAX_DUPLICATE_SHARE = 0.05
+"""A pipeline's `max_duplicate_share` unless it declares its own."""
+
+
+@dataclass(frozen=True)
+class DuplicateShare:
+    """The rule on a set of rows as a whole (a backfill's range, a micro-batch): at most
+    `limit` of them may be duplicate deliveries (an event id another row of the set has
+    too). Constant or empty event ids make every event after the first a "duplicate", which
+    no row rule sees: only the share tells. The input gate renders it as its unique-share
+    expectation (`name`), a micro-batch checks its own rows with `broken`. A set of fewer
+    than `min_rows` rows is not judged: one redelivery among a handful of rows is a large
+    share and no sign of broken ids (a micro-batch of a quiet minute)."""
+
+    limit: float
+    name: str = "duplicate_share_under_threshold"
+    min_rows: int = 20
+
+    @staticmethod
+    def share(rows: int, duplicates: int) -> float:
+        return duplicates / rows if rows else 0.0
+
+    def broken(self, rows: int, duplicates: int) -> bool:
+        return rows >= self.min_rows and self.share(rows, duplicates) > self.limit
+
+    @property
+    def min_unique_share(self) -> float:
+        """The same limit as the least share of rows whose event id no earlier row has."""
+        return round(1.0 - self.limit, 6)
+
+
 @dataclass(frozen=True)
 class InputDescription:
     """A pipeline's input in the model's terms (`input_of(spec)` makes it)."""
@@ -88,6 +119,12 @@ class InputDescription:
     event_id: Field
     max_skew: Duration
     where: str | None = None
+    max_duplicate_share: float = DEFAULT_MAX_DUPLICATE_SHARE
+
+    @property
+    def duplicate_share(self) -> DuplicateShare:
+        """The pipeline's rule on duplicate deliveries (its `max_duplicate_share`)."""
+        return DuplicateShare(self.max_duplicate_share)
 
     @property
     def fields(self) -> tuple[Field, ...]:
@@ -141,7 +178,7 @@ def future_limit(at: ProcessingTime, skew: Duration) -> Instant:
 
 def input_of(spec: Any) -> InputDescription:
     """The input description of a `PipelineSpec` (its key, value, time and id expressions,
-    `where` and `max_skew`): the one derived property the edges read the input through."""
+    `where`, `max_skew` and `max_duplicate_share`): the one derived property the edges read the input through."""
     key = tuple(Field(c, e, "key") for c, e in dict(spec.key).items())
     return InputDescription(
         key=key,
@@ -151,6 +188,7 @@ def input_of(spec: Any) -> InputDescription:
         event_id=Field(EVENT_ID, spec.event_id, "event_id"),
         max_skew=int(spec.max_skew),
         where=getattr(spec, "where", None),
+        max_duplicate_share=float(getattr(spec, "max_duplicate_share", DEFAULT_MAX_DUPLICATE_SHARE)),
     )
 
 

@@ -8,6 +8,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.accumulation import AccumulationMode
+from dataflow_core.model.input_rules import DEFAULT_MAX_DUPLICATE_SHARE
 from dataflow_core.model.pipeline import PaneMapper, Pipeline, Stage
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import Duration, format_duration, parse_duration
@@ -84,6 +85,9 @@ class PipelineSpec:
     their ingest time are quarantined. `partition_column` (a date column the table is partitioned by, for
     pruning) and `quality_suite` (an `expectations/<name>.json` the input rows must pass)
     are used only when given. `watermark` is an estimator, or a function making a fresh one.
+    `max_duplicate_share` is the largest share of a backfill's range or a micro-batch's rows
+    that may be duplicate deliveries (`model.input_rules.DuplicateShare`): more fails the
+    input gate and the micro-batch.
     """
 
     name: str
@@ -100,6 +104,7 @@ class PipelineSpec:
     partition_column: str | None = None
     quality_suite: str | None = None
     max_skew: "Duration | str" = parse_duration("1h")
+    max_duplicate_share: float = DEFAULT_MAX_DUPLICATE_SHARE
     model: Pipeline = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +117,9 @@ class PipelineSpec:
             object.__setattr__(self, "max_skew", parse_duration(self.max_skew, "max_skew"))
         except ValueError as exc:
             raise DataflowError(f"pipeline {self.name!r}: {exc}") from None
+        if not isinstance(self.max_duplicate_share, (int, float)) or not 0 <= self.max_duplicate_share <= 1:
+            raise DataflowError(f"pipeline {self.name!r}: max_duplicate_share {self.max_duplicate_share!r}: give a share "
+                                "between 0 and 1 (1 accepts any share of duplicate deliveries)")
         if not callable(self.watermark):
             raise DataflowError(f"pipeline {self.name!r}: watermark: give an estimator (e.g. "
                                 f"HeuristicWatermark(bound='2m')) or a function making one, not {self.watermark!r}")

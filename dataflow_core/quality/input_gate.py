@@ -22,9 +22,7 @@ if TYPE_CHECKING:
 
 INPUT_SUITE = "dataflow_input"
 MAX_BAD_SHARE_ENV = "DATAFLOW_GATE_MAX_BAD_SHARE"
-MAX_DUPLICATE_SHARE_ENV = "DATAFLOW_GATE_MAX_DUPLICATE_SHARE"
 DEFAULT_MAX_BAD_SHARE = 0.02  # a rule broken by more than 2 % of the range's rows fails the gate
-DEFAULT_MAX_DUPLICATE_SHARE = 0.05
 
 
 def input_rules(spec: "PipelineSpec", max_bad_share: float | None = None,
@@ -33,14 +31,14 @@ def input_rules(spec: "PipelineSpec", max_bad_share: float | None = None,
     schema, the duplicate share), one expectation per input rule of the model
     (`model.input_rules`: the same names and checks as the runners' quarantine, each on its
     `dataflow_passes_<rule>` column of `input_frame`), then the pipeline's own input suite,
-    every row rule tolerating `max_bad_share`."""
-    from dataflow_core.model.input_rules import input_of
+    every row rule tolerating `max_bad_share`. The duplicate share is the pipeline's own
+    (`max_duplicate_share`, the rule micro-batches check too) unless given."""
+    from dataflow_core.model.input_rules import DuplicateShare, input_of
 
     bad = share(MAX_BAD_SHARE_ENV, DEFAULT_MAX_BAD_SHARE) if max_bad_share is None else max_bad_share
-    dup = (share(MAX_DUPLICATE_SHARE_ENV, DEFAULT_MAX_DUPLICATE_SHARE)
-           if max_duplicate_share is None else max_duplicate_share)
+    dup = input_of(spec).duplicate_share if max_duplicate_share is None else DuplicateShare(max_duplicate_share)
     mostly = round(1.0 - bad, 6)
-    generic = load_rules(INPUT_SUITE, params={"min_unique_share": round(1.0 - dup, 6)})
+    generic = load_rules(INPUT_SUITE, params={"min_unique_share": dup.min_unique_share})
     tolerance = {"mostly": mostly} if mostly < 1 else {}
     generated = tuple(
         Rule(rule.name, "expect_column_values_to_not_be_null", {"column": passes_column(rule.name), **tolerance},

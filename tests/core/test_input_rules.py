@@ -70,3 +70,12 @@ def test_the_first_delivery_is_the_earliest_ingest_then_event_then_content_whate
         assert got[("a", 4, 7, 0)] == "accepted"  # earliest ingest wins over an earlier event time
         assert got[("a", 5, 1, 9)] == got[("a", 5, 1, 3)] == "duplicate"
         assert got[("b", 1, 1, 0)] == "quarantined" and got[("b", 1, 1, 1)] == "accepted"
+
+
+def test_the_duplicate_share_rule_judges_sets_of_its_least_size_only():
+    from dataflow_core.model.input_rules import DuplicateShare
+
+    rule = DuplicateShare(0.05)
+    assert not rule.broken(9, 1), "one redelivery among nine rows: no sign of broken ids"
+    assert rule.broken(20, 19) and not rule.broken(20, 1) and rule.broken(20, 2)
+    assert rule.min_unique_share == 0.95

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
-from dataflow_core.model.input_rules import ProcessingTime
+from dataflow_core.errors import DataflowError
+from dataflow_core.model.input_rules import ProcessingTime, input_of
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.input.rows import DUPLICATES, elements, explained, quarantined, read_counts, selected, tag_rows
@@ -88,6 +89,12 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
         stats = aggregates.one_job(read_counts(tagged), candidates.agg(
             F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), *duplicate_counts()))
     count_batch(stats, ledger)
+    try:
+        refuse_duplicate_share(spec, rec, stats, ledger)
+    except DataflowError:
+        for df in (candidates, tagged):
+            df.unpersist()
+        raise
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
     els = candidates.where(F.col("_seen").isNull()).drop("_seen", DUPLICATES)
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
@@ -105,6 +112,26 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
         crash_point("quarantined")
     writes = begin_writes(spark, [seen_ids, bad_rows] if ledger.quarantined else [seen_ids])
     return Accepted(els, arrived, (candidates, tagged), writes)
+
+
+def refuse_duplicate_share(spec: PipelineSpec, rec: BatchRecord, stats: Any, ledger: Ledger) -> None:
+    """The pipeline's duplicate-share rule (`model.input_rules.DuplicateShare`, the input
+    gate's), on the batch's own rows: before anything of the batch is written, so a refused
+    batch commits nothing and its retry gets the same rows. Deliveries of ids an earlier
+    batch counted are left out: a rewrite of input files delivers its rows again, and those
+    are duplicates by design; constant or empty ids repeat within the batch."""
+    rule = input_of(spec).duplicate_share
+    rows, within = ledger.read - ledger.quarantined, int(stats["lost"] or 0)
+    if not rule.broken(rows, within):
+        return
+    raise DataflowError(
+        f"pipeline {spec.name!r}: batch {rec.batch} refused: {within:,} of its {rows:,} rows "
+        f"({rule.share(rows, within):.1%}) repeat the event id ({spec.event_id}) of another row of the batch, over "
+        f"the pipeline's max_duplicate_share {rule.limit:.1%} (constant or empty ids?); nothing of the batch was "
+        f"committed. Fix the pipeline's event_id and run again, accept the batch as it is with `dataflow "
+        f"microbatch --pipeline {spec.name} --max-duplicate-share 1`, or quarantine its rows with `--skip-batch "
+        f"{rec.batch} --reason ...`"
+    )
 
 
 def duplicate_counts() -> list["Column"]:

@@ -10,7 +10,7 @@ ledger, watermarks and what the estimator learnt. A batch the operator skips (`-
 Exactly once: every write of batch N is a Delta commit under the idempotent key
 (`dataflow:<pipeline>:<table>`, N), so a retried batch skips what already committed; and a
 retry reads state and seen ids as of the versions recorded when the batch started (time
-travel), so it computes exactly what the first attempt did. Before each commit a run checks
+travel; going live, the input too), so it computes exactly what the first attempt did. Before each commit a run checks
 that no later attempt claimed its batch (`batches.fence`).
 """
 
@@ -37,7 +37,7 @@ from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, claim, fence, log_version, next_batch, read_log, records,
 )
-from dataflow_core.spark.sinks.holds import ensure_control_tables, refuse_if_held, release_if_finished
+from dataflow_core.spark.sinks.holds import ensure_control_tables, input_key, refuse_if_held, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
@@ -137,8 +137,10 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
     names = [seen_table(spec)] + [state_table(s) for s in spec.stages]
     if last_finished is None:  # going live: the results backfills left are taken over (`live_stage`)
         names += [s.output for s in spec.stages if s.keeps_results]
-    rec = BatchRecord(next_batch(known), stream_batch, now_ms, {n: table_version(spark, n) for n in names},
-                      token=token, stream_id=stream_id)
+    versions = {n: table_version(spark, n) for n in names}
+    if last_finished is None:  # ... with the input they counted, as of this claim (`live_stage._taken_over`)
+        versions[input_key(spec.name)] = table_version(spark, spec.input_table)
+    rec = BatchRecord(next_batch(known), stream_batch, now_ms, versions, token=token, stream_id=stream_id)
     claim(spark, spec, rec)
     crash_point("started")
     warm_tables(spark, spec)  # while the batch reads and checks its input
@@ -205,8 +207,8 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
     from pyspark.sql import functions as F
 
     if rec.attempt:
-        for name, version in rec.versions.items():
-            read_as_of(spark, name, version)  # a retry whose versions are gone fails here, before any work
+        for name, version in rec.versions.items():  # a retry whose versions are gone fails here, before any work
+            read_as_of(spark, spec.input_table if name == input_key(spec.name) else name, version)
     prev_wms = json.loads(prev["watermarks"]) if prev else {}
     estimator = _estimator(spec, prev)
     old_wm = prev_wms.get("input", BEGINNING_OF_TIME)

@@ -26,6 +26,7 @@ from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_
 from dataflow_core.spark.platform.session import COMPILED_SQL
 from dataflow_core.spark.platform.tables import read_table
 from dataflow_core.spark.sinks.batches import BatchRecord
+from dataflow_core.spark.sinks.holds import input_key
 from dataflow_core.spark.sinks.live_state import due, read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes
 from dataflow_core.spark.sinks.results import standing_panes, write_results
@@ -119,7 +120,7 @@ def _taken_over(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rec
         if index == 0:
             seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
             if seen is not None:
-                rows = tag_rows(spark, spec, read_table(spark, spec.input_table).where(F.expr(spec.where or "true")))
+                rows = tag_rows(spark, spec, _pinned_input(spark, spec, rec).where(F.expr(spec.where or "true")))
                 counted = elements(spec, rows).join(seen.where("batch < 0").select("event_id"), "event_id", "left_semi")
         else:
             up = spec.stages[index - 1]
@@ -127,6 +128,15 @@ def _taken_over(spark: "SparkSession", spec: PipelineSpec, stage: StageSpec, rec
             if up_results is not None:
                 counted = elements_from_panes(standing_panes(up_results, up), up, stage)
     return taken_over_states(standing, stage.strategy, KeyCodec(stage.key_columns), watermark, elements=counted)
+
+
+def _pinned_input(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord) -> "DataFrame":
+    """The input as the going-live batch's claim found it (its `versions`), so that a retry,
+    or a commit to the input between the claim and this read, rebuilds the same
+    accumulators; the latest for a claim made before the input was pinned."""
+    version = rec.versions.get(input_key(spec.name))
+    pinned = read_as_of(spark, spec.input_table, version) if version is not None else None
+    return pinned if pinned is not None else read_table(spark, spec.input_table)
 
 
 def _no_arrivals(spark: "SparkSession", stage: StageSpec, first: bool) -> "DataFrame":

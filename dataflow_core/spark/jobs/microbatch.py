@@ -13,6 +13,7 @@ The parts, each in its own module:
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import threading
@@ -50,17 +51,23 @@ def run_microbatch(
     now: str | dt.datetime | None = None,
     progress: Callable[[str], None] | None = None,
     first_read: FirstRead | None = None,
+    max_duplicate_share: float | None = None,
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none and something is due). Raises PipelineBusy when another run
     holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`).
-    `first_read`: how the stream reads while it has no checkpoint (`input.going_live`)."""
+    `first_read`: how the stream reads while it has no checkpoint (`input.going_live`);
+    `max_duplicate_share`: the operator's override of the pipeline's, for this run only (a
+    batch refused for its duplicates, accepted as it is)."""
     with settings_unless_configured(spark, MICRO_BATCH_SQL):
-        return _microbatch(spark, pipeline, now, progress, first_read)
+        return _microbatch(spark, pipeline, now, progress, first_read, max_duplicate_share)
 
 
-def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None) -> RunResult:
+def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None,
+                max_duplicate_share: float | None = None) -> RunResult:
     spec = get(pipeline)
+    if max_duplicate_share is not None:
+        spec = dataclasses.replace(spec, max_duplicate_share=max_duplicate_share)
     refuse_changed_definitions(spark, spec)
     say = progress or (lambda _m: None)
     clock = int(time.time() * 1000)

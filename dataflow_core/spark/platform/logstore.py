@@ -11,6 +11,10 @@ replace them (docs/deployment.md, "Commits from many drivers"):
 - `io.dataflow.s3.ConditionalPutLogStore` for `s3a:`/`s3:`: N.json is one PUT with
   `If-None-Match: *` (`dataflow_core.objectstore` names it).
 
+The same jar's `io.dataflow.streaming.ExclusiveCheckpointFileManager` makes a stream's
+checkpoint files (a batch's offsets, its commit) with the same exclusive create, so two
+processes planning one stream batch cannot both make it (`session_conf`).
+
 `make setup` compiles them with the JDK's `javac` into `.cache/` (`localfs.compile_jar`);
 every session loads the jar through `spark.jars` (Delta's classes, which they extend, are
 loaded there too) and names the `file:` store (`session_conf`). The jar's folder is named by a
@@ -37,6 +41,7 @@ from dataflow_core.spark.platform.jars import cache_dir, delta_jars
 SOURCES = Path(__file__).with_name("logstore_java")
 JAR_NAME = "dataflow-logstores.jar"
 LOCAL_LOG_STORE = "io.dataflow.local.HardLinkLogStore"
+CHECKPOINT_MANAGER = "io.dataflow.streaming.ExclusiveCheckpointFileManager"
 LOCAL_LOG_STORE_ENV = "DATAFLOW_LOCAL_LOG_STORE"
 """Another class for `file:` tables, e.g. `io.delta.storage.HDFSLogStore` (Delta's default)
 on a mount without hard links: then ONE writing process per table only."""
@@ -62,7 +67,9 @@ def build_jar() -> Path | None:
     target = jar_path()
     if target.is_file():
         return target
-    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar()], target)
+    spark_jars = f"{localfs.spark_home() / 'jars'}/*"  # the checkpoint manager extends Spark's
+    return localfs.compile_jar(sorted(SOURCES.rglob("*.java")), [localfs._hadoop_jar(), _delta_storage_jar(), spark_jars],
+                               target)
 
 
 def built_jar() -> Path | None:
@@ -111,17 +118,19 @@ def named_store(env: dict[str, str] | None = None) -> str | None:
 
 def session_conf(jar: Path | None, why: str = "", named: str | None = None) -> dict[str, str]:
     """Delta's log store for `file:` tables: the one the user names (`named_store`), else the
-    product's when its jar is loaded. Raises DataflowError (one line) with neither: Delta's
+    product's when its jar is loaded, which makes the streams' checkpoint files too
+    (`CHECKPOINT_MANAGER`). Raises DataflowError (one line) with neither: Delta's
     default would commit exclusively within this process only, with no word."""
     if named:
-        return {FILE_STORE_CONF: named}
+        return {FILE_STORE_CONF: named}  # a store of the user's: Spark's own checkpoint files too
     if jar is None:
         raise DataflowError(
             f"local commits need the product's log store ({LOCAL_LOG_STORE}), and {_expected_jar()} is "
             f"missing ({why or 'not built'}): install a JDK and run `make setup`, or name another store "
             f"for file: tables with {LOCAL_LOG_STORE_ENV}=<class> (or {FILE_STORE_CONF}), e.g. "
             "io.delta.storage.HDFSLogStore, exclusive within ONE process only")
-    return {FILE_STORE_CONF: LOCAL_LOG_STORE}
+    # the streams' checkpoint files (a batch's offsets, its commit) made with the same exclusive create
+    return {FILE_STORE_CONF: LOCAL_LOG_STORE, "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_MANAGER}
 
 
 def _expected_jar() -> str:
