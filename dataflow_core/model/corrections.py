@@ -125,7 +125,8 @@ def correct(
         if c.present:  # its pane declares the windows merged into it (`Pane.replaces`)
             ws.merged_away += [w for w, target in into.items() if target == c.window and w not in ws.merged_away]
         total = c.value if c.present else empty
-        emitted = _restated(ks, ws, c, total, at, watermark)
+        parts = [d.standing_total for d in corrections if into.get(d.window) == c.window] if s.folds_merged_away else []
+        emitted = _restated(ks, ws, c, total, at, watermark, parts)
         out.panes += emitted
         out.results.append((c.window, emitted[-1], total))
         if keep and c.present and s.gc_time(c.window) > watermark:
@@ -150,14 +151,19 @@ def _withdrawn(ws: WindowState, s: WindowingStrategy, at: Instant) -> list[Pane]
 
 def _restated(
     ks: KeyedWindowSet, ws: WindowState, c: Correction, total: Any, at: Instant, watermark: Instant,
+    parts: Sequence[Any] = (),
 ) -> list[Pane]:
     """The pane that restates window `ws` at `total` (preceded by the retractions of what it
-    replaces): a discarding pane carries the difference from the standing total."""
+    replaces): a discarding pane carries the difference from the standing total, which takes
+    in the totals `parts` of the windows merged into it (`WindowingStrategy.current_panes`
+    folds them into its total, so its pane log nets to `total`)."""
     s = ks.strategy
     ts = c.timestamp if c.present else (c.standing.timestamp if c.standing else c.window.max_timestamp)
     value = total
-    if not s.accumulation.accumulates and c.standing is not None:
-        value = s.combiner.output_difference(total, c.standing_total)
+    before = ([c.standing_total] if c.standing is not None else []) + list(parts)
+    if not s.accumulation.accumulates and before:
+        value = s.combiner.output_difference(total, s.combiner.merge_outputs(before) if s.folds_merged_away
+                                             else c.standing_total)
     info = describe_next_pane(ws.history, c.window.end, watermark, last=False)
     return ks.publish(ws, info, value, END_OF_TIME - 1 if ts is None else ts, at)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Hashable, Iterable, Mapping
+from typing import Any, Callable, Hashable, Iterable, Mapping, TypeVar
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import CombineFn, SumFn
@@ -145,22 +145,82 @@ class WindowingStrategy:
         """The current results that `panes` (of any keys and windows, in emission order)
         leave: per key and window what its panes net to (`net_panes`), without the windows a
         later pane of the same key declared merged away (`Pane.replaces`), in every
-        accumulation mode. The rule of a results table (in Spark SQL: `window_totals`)."""
+        accumulation mode. A discarding window's total takes in the totals of the windows it
+        merged away (`folds_merged_away`): their panes hold the part of its data that its own
+        panes never repeat. The rule of a results table (in Spark SQL: `window_totals`)."""
         by_window: dict[tuple[Hashable, Window], list[Pane]] = {}
         last_at: dict[tuple[Hashable, Window], int] = {}  # where each window's last pane stands
         gone_at: dict[tuple[Hashable, Window], int] = {}  # where the last pane declaring it gone stands
+        absorbed: dict[tuple[Hashable, Window], list[Window]] = {}  # windows each window's panes declared gone
         for n, p in enumerate(panes):
             by_window.setdefault((p.key, p.window), []).append(p)
             last_at[(p.key, p.window)] = n
             if not p.retraction:
                 for w in p.replaces:
                     gone_at[(p.key, w)] = n
-        out: dict[tuple[Hashable, Window], Pane] = {}
-        for kw, ps in by_window.items():
-            net = self.net_panes(ps)
-            if net is not None and gone_at.get(kw, -1) < last_at[kw]:
-                out[kw] = net
-        return out
+                    absorbed.setdefault((p.key, p.window), []).append(w)
+        nets = {kw: self.net_panes(ps) for kw, ps in by_window.items()}
+        if self.folds_merged_away:
+            nets = self._folded(nets, absorbed)
+        return {kw: net for kw, net in nets.items() if net is not None and gone_at.get(kw, -1) < last_at[kw]}
+
+    @property
+    def folds_merged_away(self) -> bool:
+        """Whether a window's total takes in the totals of the windows merged into it: for
+        discarding panes that add up (`CombineFn.output_merge`). A merged window's discarding
+        panes hold only what no pane of its parts emitted (as in Beam: merging combines the
+        parts' un-emitted state), so its total is its panes' and its parts' together;
+        accumulating panes hold everything already."""
+        return self.accumulation is AccumulationMode.DISCARDING and self.combiner.output_merge is not None
+
+    def fold_totals(self, own: "Pane", parts: "Iterable[Pane]") -> "Pane":
+        """Window `own`'s total (a net pane) with the totals `parts` of the windows merged
+        into it: values merged by `CombineFn.output_merge`, timestamps by the timestamp
+        combiner's merge (`merge_totals`); the metadata stays `own`'s."""
+        parts = list(parts)
+        if not parts:
+            return own
+        value, timestamp = self.merge_totals([(own.value, own.timestamp), *((p.value, p.timestamp) for p in parts)])
+        return replace(own, value=value, timestamp=timestamp)
+
+    def merge_totals(self, totals: "Iterable[tuple[Any, Any]]") -> "tuple[Any, Any]":
+        """(value, timestamp) of a window whose parts' totals are `totals` ((value, timestamp)
+        pairs; a None is no part): values by `CombineFn.output_merge`, timestamps by the
+        timestamp combiner's merge."""
+        pairs = list(totals)
+        merge = min if self.timestamp_combiner.merge == "min" else max
+        values = [v for v, _ in pairs if v is not None or self.combiner.output_merge != "sum"]
+        stamps = [t for _, t in pairs if t is not None]
+        return self.combiner.merge_outputs(values), (merge(stamps) if stamps else None)
+
+    def _folded(self, nets: dict, absorbed: dict) -> dict:
+        """`nets` with each window's total folded with those of the windows it absorbed."""
+        return fold_merged_away(
+            nets, lambda kw: [(kw[0], w) for w in absorbed.get(kw, ())],
+            lambda own, parts: own if own is None else self.fold_totals(own, [p for p in parts if p is not None]))
+
+
+_T = TypeVar("_T")
+_W = TypeVar("_W", bound=Hashable)
+
+
+def fold_merged_away(
+    totals: "Mapping[_W, _T]", parts_of: "Callable[[_W], Iterable[_W]]", fold: "Callable[[_T, list[_T]], _T]",
+) -> "dict[_W, _T]":
+    """Every window's total folded with the folded totals of the windows merged into it
+    (`parts_of`: the windows its panes declared merged away, `Pane.replaces`), through
+    earlier merges too: a window is merged away once, so the windows form a forest and each
+    part is folded into one total. Parts without a total of their own here are skipped.
+    The one rule of `current_panes` and of its Spark SQL form (`window_totals`)."""
+    done: dict = {}
+
+    def total(w: "_W") -> "_T":
+        if w not in done:
+            done[w] = totals[w]  # a cycle (never in a model history) folds nothing twice
+            done[w] = fold(totals[w], [total(p) for p in parts_of(w) if p in totals])
+        return done[w]
+
+    return {w: total(w) for w in totals}
 
 
 def definition_changes(recorded: Mapping[str, str], current: Mapping[str, str]) -> list[str]:

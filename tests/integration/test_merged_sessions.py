@@ -3,7 +3,9 @@ mean over sessions, whose sessions later merge (late views bridge them), leaves 
 results table exactly the sessions an independent pandas recomputation finds, through a
 replay backfill, through micro-batches and through a batch backfill that corrects earlier
 results; the pane log keeps the accumulating history (no retraction), and the results gate
-passes."""
+passes. A discarding sum over sessions whose parts had fired holds, on the same three paths,
+each session's whole sum (its own panes and those of the sessions it absorbed), and the
+gates pass."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import itertools
 import pandas as pd
 
 from dataflow_core.model.accumulation import AccumulationMode
-from dataflow_core.model.combiners import MeanFn
+from dataflow_core.model.combiners import MeanFn, SumFn
 from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import format_instant, parse_duration
 from dataflow_core.model.triggers import AfterCount, AfterWatermark, AlignedProcessingTime
@@ -117,3 +119,69 @@ def test_a_batch_backfill_that_merges_standing_sessions_deletes_them(spark):
     write_input(spark, spec.input_table, [r for r in rows if r[0] in bridges], mode="append")
     run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T13:00:00Z")
     _check(spark, spec, rows)
+
+
+# --- discarding sums: a merged session's total takes in the panes of the sessions it absorbed
+
+
+def _discarding_sums() -> PipelineSpec:
+    name = f"t_merge_sum_{next(_names)}"
+    return register(PipelineSpec(
+        name=name, input_table=f"{name}_in", key={"user_id": "user_id", "ad_id": "ad_id"},
+        value="try_cast(v AS BIGINT)", quality_suite=None, partition_column=None,
+        watermark=lambda: HeuristicWatermark(bound=2 * M),
+        stages=(StageSpec(f"{name}_s", WindowingStrategy(
+            Sessions(GAP), AfterWatermark(early=AlignedProcessingTime(M), late=AfterCount(1)),
+            AccumulationMode.DISCARDING, parse_duration("1d"), SumFn()), ("user_id", "ad_id"), "bigint"),),
+    ))
+
+
+def pandas_session_sums(rows: list[tuple]) -> dict[tuple, int]:
+    """`pandas_sessions`' sessions, each with the sum of its values."""
+    means = pandas_sessions(rows)
+    df = pd.DataFrame(rows, columns=["event_id", "user_id", "ad_id", "v", "t", "ingest"])
+    df = df.sort_values("ingest").drop_duplicates("event_id")
+    return {(u, a, s, e): int(df[(df.user_id == u) & (df.ad_id == a) & (df.t >= s) & (df.t < e)]["v"].astype(int).sum())
+            for (u, a, s, e) in means}
+
+
+def _check_sums(spark, spec: PipelineSpec, rows: list[tuple]) -> None:
+    expected = pandas_session_sums(rows)
+    assert len(expected) == 3
+    got = {k: int(v) for k, v in results(spark, spec).items()}
+    assert got == expected
+    log = read_table(spark, f"{spec.stages[0].output}_panes")
+    assert log.where("replaces IS NOT NULL").count() > 0, "sessions that had fired must merge"
+    outcomes = gate_outputs(spark, spec, None, f"gate-{spec.name}", say=lambda _m: None)
+    assert all(o.success for o in outcomes), [o.summary() for o in outcomes]
+
+
+def test_a_discarding_sum_over_merged_sessions_counts_the_absorbed_sessions_panes_in_a_replay(spark):
+    """The merged session's own discarding panes hold only what its parts' panes did not
+    (Beam's rule); its results row is the session's whole sum all the same."""
+    spec, rows = _discarding_sums(), _rows()
+    write_input(spark, spec.input_table, rows)
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", replay=True, batch_interval="4m")
+    _check_sums(spark, spec, rows)
+
+
+def test_a_discarding_sum_over_merged_sessions_counts_the_absorbed_sessions_panes_in_micro_batches(spark):
+    spec, rows = _discarding_sums(), _rows()
+    for n, (end, batch) in enumerate(batches_of(rows)):
+        if batch:
+            write_input(spark, spec.input_table, batch, mode="overwrite" if n == 0 else "append")
+        if n or batch:
+            assert run_microbatch(spark, spec.name, now=format_instant(end)).ledger_ok
+    _check_sums(spark, spec, rows)
+
+
+def test_a_batch_backfill_merging_standing_discarding_sessions_nets_to_their_sum(spark):
+    """A correction that merges standing sessions carries the difference from their totals
+    together: the results hold the session's sum and the pane log nets to it (the gates)."""
+    spec, rows = _discarding_sums(), _rows()
+    bridges = {"a5", "b4", "b5"}
+    write_input(spark, spec.input_table, [r for r in rows if r[0] not in bridges])
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    write_input(spark, spec.input_table, [r for r in rows if r[0] in bridges], mode="append")
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T13:00:00Z")
+    _check_sums(spark, spec, rows)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.pane_codec import EMISSION_ORDER, REPLACES
-from dataflow_core.model.strategy import WindowingStrategy
+from dataflow_core.model.strategy import WindowingStrategy, fold_merged_away
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -58,7 +58,41 @@ def window_totals(
         total = F.expr(merge_aggregate(merge, "CASE WHEN NOT is_retraction THEN value END"))
         merged_ts = F.expr(f"{strategy.timestamp_combiner.merge}(CASE WHEN NOT is_retraction THEN {ts} END)")
         ranked = ranked.withColumn("value", total.over(whole)).withColumn(ts, merged_ts.over(whole))
+        if strategy.folds_merged_away and strategy.window_fn.is_merging and REPLACES in panes.columns:
+            absorbed = F.flatten(F.collect_list(F.when(~F.col("is_retraction"), F.col(REPLACES))).over(whole))
+            ranked = ranked.withColumn(_ABSORBED, absorbed)
+            return _folded(ranked.where("_net_rank = 1").drop("_net_rank"), strategy, window_id, ts) \
+                .withColumn("value", F.col("value").cast(value_type))
     return ranked.where("_net_rank = 1").drop("_net_rank").withColumn("value", F.col("value").cast(value_type))
+
+
+_ABSORBED = "_absorbed"
+"""A window's row's list of the windows its panes declared merged away (`_folded`)."""
+
+
+def _folded(totals: "DataFrame", strategy: WindowingStrategy, window_id: Sequence[str], ts: str) -> "DataFrame":
+    """Per key in executors, each window's total folded with the totals of the windows it
+    merged away, through earlier merges too (`strategy.fold_merged_away`, the rule of
+    `current_panes`): a merged discarding window's panes hold only what its parts' panes
+    did not, so its total is theirs and its own together. `totals` has one row per window,
+    with `_ABSORBED`; that column goes."""
+    from dataflow_core.spark.execute.by_key import map_keys
+
+    keys, (start, end) = list(window_id[:-2]), window_id[-2:]
+    columns = [c for c in totals.columns if c != _ABSORBED]
+    schema = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in totals.schema.fields if f.name != _ABSORBED)
+
+    def fold(own: dict, parts: list[dict]) -> dict:
+        value, stamp = strategy.merge_totals([(own["value"], own[ts]), *((p["value"], p[ts]) for p in parts)])
+        return {**own, "value": value, ts: stamp} if parts else own
+
+    def one_key(_key: list, table, _side) -> list[dict]:
+        rows = {(r[start], r[end]): r for r in table.to_pylist()}
+        parts = {w: [(g["window_start"], g["window_end"]) for g in (r[_ABSORBED] or ())] for w, r in rows.items()}
+        folded = fold_merged_away(rows, lambda w: parts[w], fold)
+        return [{c: r[c] for c in columns} for r in folded.values()]
+
+    return map_keys(totals, keys, one_key, schema)
 
 
 MERGED_AWAY_INDEX = 2**31 - 1

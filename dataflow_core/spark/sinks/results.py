@@ -73,8 +73,10 @@ def write_results(
     table holds (a later micro-batch): a discarding stage's value merges with the row's.
     `window_end_from` (ms), when no pane's window ends earlier, lets Delta skip the files of
     older windows. `one_per_window`: see `result_rows`."""
-    rows = result_rows(stage, panes, run_id, one_per_window)
     merge = discarding_merge(stage.strategy)
+    if continues and merge is not None and not one_per_window:
+        panes = with_stored_parts(spark, stage, panes)
+    rows = result_rows(stage, panes, run_id, one_per_window)
     update_set = None
     if continues and merge is not None:
         ts_merge = "least" if stage.strategy.timestamp_combiner.merge == "min" else "greatest"
@@ -84,6 +86,29 @@ def write_results(
     prune = None if window_end_from is None else f"t.window_end >= timestamp_millis({int(window_end_from)})"
     return merge_rows(spark, layout.results(stage), rows, keys, delete=True, update=True, txn=txn,
                       target_filter=prune, update_set=update_set, cluster_by=CLUSTER_COLUMNS, properties=CHANGE_FEED)
+
+
+def with_stored_parts(spark: "SparkSession", stage: StageSpec, panes: "DataFrame") -> "DataFrame":
+    """`panes` plus, as standing panes, the stored results rows of the windows they declare
+    merged away (`Pane.replaces`): a discarding window's total takes theirs in
+    (`WindowingStrategy.current_panes`), and a later batch's panes carry only the increment."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.model.pane_codec import REPLACES
+
+    stored = current_results(spark, stage)
+    if stored is None or REPLACES not in panes.columns or not stage.strategy.window_fn.is_merging:
+        return panes
+    keys = list(stage.key_columns)
+    gone = panes.where(F.col(REPLACES).isNotNull() & ~F.col("is_retraction")).select(
+        *keys, F.explode(REPLACES).alias("_gone")).select(
+        *keys, F.col("_gone.window_start").alias("_gs"), F.col("_gone.window_end").alias("_ge")).distinct()
+    parts = standing_panes(stored, stage)
+    cond = [parts[k].eqNullSafe(gone[k]) for k in keys] + [parts["window_start"] == gone["_gs"],
+                                                            parts["window_end"] == gone["_ge"]]
+    parts = parts.join(gone, cond, "left_semi")
+    return panes.unionByName(parts.select(*[F.col(c).cast(panes.schema[c].dataType) for c in parts.columns]),
+                             allowMissingColumns=True)
 
 
 def current_results(spark: "SparkSession", stage: StageSpec) -> "DataFrame | None":
