@@ -34,7 +34,7 @@ def parse_duration(value: Any, name: str = "") -> Duration:
     delays, allowed lateness, a watermark's bound, a pipeline's skew): milliseconds as a whole
     number (`90_000`, `3.6e6`), a `datetime.timedelta`, or text with a unit (`"90s"`, `"1h"`).
     Text without a unit is refused, not guessed: "60" would be seconds to one reader and
-    milliseconds to another. Raises a one-line ValueError naming `name` (the parameter)."""
+    milliseconds to another ("0" is zero to all). Raises a one-line ValueError naming `name` (the parameter)."""
     ms = _milliseconds(value, name)
     if ms < 0:
         raise ValueError(f"{_said(value, name)} is negative; a duration is zero or more")
@@ -53,6 +53,8 @@ def _milliseconds(value: Any, name: str) -> int:
         ms = value / dt.timedelta(milliseconds=1)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
         ms = value
+    elif isinstance(value, str) and value.strip() == "0":  # zero needs no unit: no reader takes it otherwise
+        return 0
     else:
         match = _DURATION_RE.match(value) if isinstance(value, str) else None
         if not match:

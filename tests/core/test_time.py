@@ -233,3 +233,9 @@ def test_a_scenarios_duration_keeps_format_md_meaning():
         with pytest.raises(ScenarioError, match=r"pipeline.allowed_lateness: 60 has no unit \(FORMAT.md: an integer "
                                                 r"and a unit, e.g. 60s or 60ms\)"):
             load_scenario(path)
+
+
+def test_zero_as_text_needs_no_unit():
+    assert parse_duration("0", "allowed_lateness") == parse_duration(0) == 0
+    with pytest.raises(ValueError, match="is not a duration"):
+        parse_duration("00x")
