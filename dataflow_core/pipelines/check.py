@@ -256,3 +256,13 @@ def preflight(name: str, warehouse: str | None = None) -> PipelineSpec:
     if resolved is not spec:
         replace_registered(resolved)
     return resolved
+
+
+def with_value_types(name: str, warehouse: str) -> PipelineSpec:
+    """Registered pipeline `name` with every stage's value type known: as registered when its
+    definition gives them, else checked and inferred from its input table in `warehouse` as
+    the CLI's `preflight` does (a job called from Python gets the same types as the CLI's)."""
+    from dataflow_core.pipelines.registry import get
+
+    spec = get(name)
+    return spec if all(stage.value_type is not None for stage in spec.stages) else preflight(name, warehouse)

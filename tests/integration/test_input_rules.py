@@ -281,3 +281,11 @@ def test_a_rule_of_the_pipelines_own_suite_that_fails_on_a_row_quarantines_that_
     assert reasons(spark, spec) == {"worded": "qty_not_negative: the rule's check fails on this row"}
     assert result.ledger_ok and result.ledger["quarantined"] == 1 and result.ledger["accepted"] == 3
     assert sums(spark, spec) == {"7": Decimal("3.750"), "8": Decimal("4.000")}
+
+
+def test_a_backfill_called_from_python_infers_the_value_types_the_cli_would(spark):
+    """No `value_type` given and no CLI preflight: the job infers it from the input table."""
+    spec = orders_pipeline(f"t_untyped_{next(_names)}", value_type=None)
+    write_orders(spark, spec.input_table, GOOD)
+    result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    assert result.ledger_ok and sums(spark, spec) == {"7": Decimal("3.750"), "8": Decimal("4.000")}

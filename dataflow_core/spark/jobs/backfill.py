@@ -36,7 +36,8 @@ from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import format_instant
 from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
-from dataflow_core.pipelines import PipelineSpec, StageSpec, get
+from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines.check import with_value_types
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import DUPLICATES, EventRange
 from dataflow_core.spark.input.upstream import elements_from_panes
@@ -47,6 +48,7 @@ from dataflow_core.spark.jobs.range_input import RangeRead, range_elements, read
 from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
+from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
 from dataflow_core.spark.sinks.holds import (
@@ -79,7 +81,7 @@ def run_backfill(
     """Runs one backfill (see the module docstring); returns its run id and ledger.
     PipelineBusy (before anything is read or written) while another run holds the pipeline.
     `plan_only`: store the plan of corrections, apply none (`jobs.plans`)."""
-    spec = get(pipeline)
+    spec = with_value_types(pipeline, warehouse_root(spark))
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
     interval = parse_interval(batch_interval, "--batch-interval") if replay else None
     now_ms = parse_time(now, "--now") if now is not None else None

@@ -25,13 +25,14 @@ from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.options import parse_time
 from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.pipelines.check import with_value_types
 from dataflow_core.spark.execute import python_workers
 from dataflow_core.spark.input.going_live import FirstRead
 from dataflow_core.spark.jobs.crash import CRASH_ENV
 from dataflow_core.spark.jobs.live_sequencer import Done, before_input, run_batch, warm_tables
 from dataflow_core.spark.jobs.live_stream import Stream
 from dataflow_core.spark.platform.delta import settings_unless_configured
-from dataflow_core.spark.platform.session import MICRO_BATCH_SQL
+from dataflow_core.spark.platform.session import MICRO_BATCH_SQL, warehouse_root
 from dataflow_core.spark.sinks.batches import records
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.lease import Lease
@@ -65,7 +66,7 @@ def run_microbatch(
 
 def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | None = None,
                 max_duplicate_share: float | None = None) -> RunResult:
-    spec = get(pipeline)
+    spec = with_value_types(pipeline, warehouse_root(spark))
     if max_duplicate_share is not None:
         spec = dataclasses.replace(spec, max_duplicate_share=max_duplicate_share)
     refuse_changed_definitions(spark, spec)
@@ -133,7 +134,7 @@ def run_loop(
 
 
 def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first_read=None) -> None:
-    spec = get(pipeline)
+    spec = with_value_types(pipeline, warehouse_root(spark))
     refuse_changed_definitions(spark, spec)  # a definition is code: edited, the loop is started again
     say = progress or (lambda _m: None)
     report = on_result or (lambda _r: None)

@@ -98,12 +98,12 @@ def check_conditional_writes(spark: "SparkSession", root: str, settings: S3Setti
     settings = settings or S3Settings.from_env()
     if settings.log_store != LOG_STORE_CLASS or (settings.endpoint, root) in _probed:
         return
-    from dataflow_core.spark.platform.tables import jvm_class
 
     from py4j.protocol import Py4JJavaError
 
     try:
-        wrong = jvm_class(spark, LOG_STORE_CLASS).probe(root, spark.sparkContext._jsc.hadoopConfiguration())
+        wrong = getattr(spark._jvm, LOG_STORE_CLASS).probe(  # once a session: no cached lookup
+            root, spark.sparkContext._jsc.hadoopConfiguration())
     except Py4JJavaError as exc:
         detail = " ".join(str(exc.java_exception.toString()).split())[:300]
         raise DataflowError(f"cannot write to {root} at {settings.endpoint or 'AWS'} ({detail}): check the "
