@@ -117,13 +117,14 @@ $(VENV)/.ready: $(DEPS_STAMP)
 # model tests start no JVM, so they run in one process while the JVM class archive is built
 # beside them (one JVM, mostly one busy thread: the other core was idle); then the
 # integration tests on the workers. Each session may find nothing to run (PYTEST_ARGS
-# chose tests of one kind), not both.
+# chose tests of one kind), not both. Each prints its slowest steps, the integration
+# session 40 of them (a --durations in PYTEST_ARGS wins).
 test: setup
 	@scripts/ensure-chromium.sh
 	@mkdir -p .cache; $(PY) -m tests.jvm_archive > .cache/jvm-archive.out 2>&1 & archive=$$!; \
-	$(PY) -m pytest -m "not integration" $(PYTEST_ARGS) tests/; pure=$$?; \
+	$(PY) -m pytest -m "not integration" --durations=15 $(PYTEST_ARGS) tests/; pure=$$?; \
 	wait $$archive; cat .cache/jvm-archive.out; \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder --durations=40 -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$pure -eq 5 ] && [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	[ $$pure -eq 5 ] && pure=0; [ $$rc -eq 5 ] && rc=0; \
 	if [ $$pure -ne 0 ]; then echo "make test: FAILED - the pure model tests failed (see above)" >&2; exit $$pure; fi; \

@@ -40,7 +40,7 @@ os.environ.setdefault("DATAFLOW_SPARK_JAVA_OPTS", jvm_archive.java_options())
 # trailing on one.
 SLOW = (
     "tests/integration/test_browser.py::",  # ~430 s + the approval test's two runs: Airflow standalone, backfills from its form
-    "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process
+    "tests/integration/test_dags_dataflow.py::",  # ~150 s: seven `airflow dags test` in one Airflow process, and test_dags.py's three
     "tests/integration/test_backfill_live_processes.py::",  # ~90 s: backfills killed, then one paused
     "tests/integration/test_microbatch_faults.py::",  # ~120 s: one run SIGKILLed, two runs at once
     "tests/integration/test_spark_standalone.py::",  # ~145 s: a standalone master and workers
@@ -48,7 +48,7 @@ SLOW = (
     "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder",  # ~150 s: two drivers on S3, then a local folder
     "tests/integration/test_s3_warehouse.py::",  # ~80 s: a backfill on S3 and on a folder in one driver process
     "tests/integration/test_backfill_holds.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
-    "tests/integration/test_dags.py::",  # ~60 s
+    "tests/integration/test_dags.py::",  # ~60 s alone; on test_dags_dataflow.py's worker (SAME_WORKER_AS), a few seconds
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )
@@ -72,6 +72,11 @@ LONG = (
 ONE_WORKER = tuple(f"tests/integration/test_{name}.py" for name in (
     "browser", "cli_sql", "dags", "dags_dataflow", "spark_standalone", "expectations",
 ))
+# ONE_WORKER modules that go to the worker of another, sharing what it made once per
+# process: test_dags.py's demo DAG runs are made in test_dags_dataflow.py's Airflow process,
+# which starts Airflow and Spark once for both (test_dags.DEMO_RUNS), and one `airflow db
+# migrate` serves both modules' homes (test_dags.migrated_home).
+SAME_WORKER_AS = {"tests/integration/test_dags.py": "tests/integration/test_dags_dataflow.py"}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
@@ -84,7 +89,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
     class OneWorkerModules(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            return module if module in ONE_WORKER else nodeid
+            return SAME_WORKER_AS.get(module, module) if module in ONE_WORKER else nodeid
 
     return OneWorkerModules(config, log)
 

@@ -332,13 +332,21 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
             form.get_by_test_id("trigger-dag-submit").click()
             page.wait_for_url("**/dags/dataflow_backfill/runs/**", timeout=30000)
             approved = urllib.request.unquote(page.url.rsplit("/runs/", 1)[1].split("?")[0])
+            page.goto("about:blank")  # an open grid re-renders every few seconds: wait on a blank page
+            # One plan, and then one decision, at a time: each holds the pipeline, and a task that
+            # finds it held is rescheduled after its JVM started for nothing (side by side, the
+            # second plan ran twice and a decision's task once more). So the second run is asked
+            # for once the first waits for its approval, and the rejection clicked once the
+            # approved plan's apply is done.
+            def awaiting(run: str) -> None:
+                states = _wait_for(airflow_ui, token, run, lambda s: s.get("approve_backfill") == "awaiting_input")
+                assert states.get("approve_backfill") == "awaiting_input", (run, states)
+
+            awaiting(approved)
             rejected = _api(airflow_ui, "POST", "/api/v2/dags/dataflow_backfill/dagRuns", {
                 "logical_date": None, "conf": {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02",
                                                "require_approval": True}}, token=token)["dag_run_id"]
-            page.goto("about:blank")  # an open grid re-renders every few seconds: wait on a blank page
-            for run in (approved, rejected):
-                states = _wait_for(airflow_ui, token, run, lambda s: s.get("approve_backfill") == "awaiting_input")
-                assert states.get("approve_backfill") == "awaiting_input", (run, states)
+            awaiting(rejected)
             plans = {json.loads(r["args"])["start"][:10]: r["run_id"] for r in read_table(spark, "dataflow_runs")
                      .where("status = 'planned' AND pipeline = 'billing'").collect()}
             previews = {day: plan_diff(spark, plans[day], "billing")[1][0] for day in ("2024-05-01", "2024-05-02")}
@@ -350,8 +358,8 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
                       wait_until="networkidle")
             assert page.locator("#plan-billing tbody tr").count() == len(previews["2024-05-02"].changes)
             page.screenshot(path=str(ARTIFACTS / "21-explorer-plan-view.png"), full_page=True)
-            for run, option, shot in ((approved, "Approve", "18-approval-page.png"),
-                                      (rejected, "Reject", "19-rejection-page.png")):
+            for run, option, shot, decided in ((approved, "Approve", "18-approval-page.png", "apply_plan"),
+                                               (rejected, "Reject", "19-rejection-page.png", "reject_plan")):
                 page.goto(f"{url}/dags/dataflow_backfill/runs/{urllib.request.quote(run, safe='')}/tasks/"
                           "approve_backfill/required_actions", wait_until="networkidle")
                 page.get_by_text(re.compile(r"windows change")).first.wait_for(state="visible", timeout=60000)
@@ -359,6 +367,8 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
                 page.screenshot(path=str(ARTIFACTS / shot), full_page=True)
                 page.get_by_role("button", name=option).first.click()
                 page.wait_for_timeout(2000)
+                page.goto("about:blank")
+                _wait_for(airflow_ui, token, run, lambda s, t=decided: s.get(t) in ("success", "failed", "skipped"))
             final = {run: _wait_for(airflow_ui, token, run, lambda s: s.get("summary") in ("success", "failed"))
                      for run in (approved, rejected)}
             page.goto(f"{url}/dags/dataflow_backfill/runs/{urllib.request.quote(approved, safe='')}",

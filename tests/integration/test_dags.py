@@ -3,7 +3,9 @@
 Every Airflow command runs in a subprocess with its own AIRFLOW_HOME (a tmp dir holding
 a SQLite DB made by `airflow db migrate`), so nothing leaks into the pytest process or
 into the developer's ~/airflow. A module's `airflow dags test` commands run in one such
-process, in turn (`dags_tests`): Airflow and Spark start once for all of them.
+process, in turn (`dags_tests`): Airflow and Spark start once for all of them; on the worker
+that runs test_dags_dataflow.py first, this module's demo runs are among its commands
+(`DEMO_RUNS`), and the metadata DB is migrated once for both (`migrated_home`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -142,15 +145,19 @@ def _tail(output: str) -> str:
     return "\n".join(output.splitlines()[-OUTPUT_TAIL_LINES:])
 
 
-@pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Path:
-    """An Airflow home with a migrated SQLite metadata DB, shared by this module's tests."""
+def migrated_home(tmp_path_factory: pytest.TempPathFactory, name: str) -> Path:
+    """A fresh Airflow home holding a migrated SQLite metadata DB: a copy of one `airflow db
+    migrate` made once per test process (test_dags.py and test_dags_dataflow.py go to one
+    worker, tests/conftest.py's ONE_WORKER), not a migration per module (half a minute of
+    CPU on a loaded machine, for the same empty schema)."""
     assert AIRFLOW.exists(), f"no airflow CLI next to {sys.executable}: run `make setup` first"
-    home = tmp_path_factory.mktemp("airflow_home")
-    _run(
-        "airflow db migrate", [str(AIRFLOW), "db", "migrate"], _airflow_env(home),
-        MIGRATE_TIMEOUT_S, home / "db-migrate.log",
-    )
+    template = tmp_path_factory.getbasetemp() / "airflow-migrated"
+    if not (template / "airflow.db").exists():
+        template.mkdir(exist_ok=True)
+        _run("airflow db migrate", [str(AIRFLOW), "db", "migrate"], _airflow_env(template),
+             MIGRATE_TIMEOUT_S, template / "db-migrate.log")
+    home = tmp_path_factory.mktemp(name)
+    shutil.copy2(template / "airflow.db", home / "airflow.db")
     return home
 
 
@@ -244,21 +251,35 @@ def test_dagbag_loads_every_dag_without_errors(dagbag):
     assert dagbag["spark_imported"] is False
 
 
-@pytest.fixture(scope="module")
-def demo_runs(airflow_home, tmp_path_factory) -> tuple[dict[str, DagsTest], Path]:
-    """The demo DAG's `airflow dags test` commands, in one Airflow process: a run into
-    Delta, a run the job refuses, and a conf the form refuses; and their folder."""
-    base = tmp_path_factory.mktemp("demo_runs")
+def demo_commands(base: Path) -> dict[str, tuple[list[str], dict[str, str]]]:
+    """The demo DAG's `airflow dags test` commands (ARGS, extra environment), writing under
+    `base`: a run into Delta, a run the job refuses, and a conf the form refuses."""
     conf = {"rows": 2000, "seed": 7, "window": "30m", "master": "local[2]", "warehouse": str(base / "warehouse")}
     # The form accepts any whole seed; the job refuses one beyond 64 bits, before Spark starts.
     failing = {"seed": 2**64, "master": "local[1]", "warehouse": str(base / "wh")}
-    commands = {
+    return {
         "bad_params": (["dataflow_demo", "--conf", json.dumps(BAD_DEMO_PARAMS[-1][0])], {}),
         "failing": (["dataflow_demo", "--conf", json.dumps(failing)], {}),
         # $DATAFLOW_WAREHOUSE is what the run must NOT use: its conf wins.
         "demo": (["dataflow_demo", "--conf", json.dumps(conf)], {"DATAFLOW_WAREHOUSE": str(base / "env-warehouse")}),
     }
-    return dags_tests(commands, _airflow_env(airflow_home), base / "dags-tests.log"), base
+
+
+DEMO_RUNS: list[tuple[dict[str, DagsTest], Path]] = []
+"""`demo_commands`' runs and their folder, once made in this test process: by `demo_runs`, or
+among test_dags_dataflow.py's commands, in its Airflow process (one Airflow and one Spark
+start for both modules, which tests/conftest.py sends to one worker)."""
+
+
+@pytest.fixture(scope="module")
+def demo_runs(tmp_path_factory) -> tuple[dict[str, DagsTest], Path]:
+    """The demo DAG's `airflow dags test` commands (`demo_commands`), in one Airflow process,
+    and their folder."""
+    if not DEMO_RUNS:
+        base = tmp_path_factory.mktemp("demo_runs")
+        home = migrated_home(tmp_path_factory, "airflow_home")
+        DEMO_RUNS.append((dags_tests(demo_commands(base), _airflow_env(home), base / "dags-tests.log"), base))
+    return DEMO_RUNS[0]
 
 
 def test_dags_test_runs_the_demo_job_into_delta(demo_runs):

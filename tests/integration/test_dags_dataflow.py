@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from test_dags import (  # same folder: pytest puts it on sys.path
-    AIRFLOW, MIGRATE_TIMEOUT_S, ROOT, DagsTest, _airflow_env, _dag_run_state, _run, dagbag_probe, dags_tests,
+    DEMO_RUNS, ROOT, DagsTest, _airflow_env, _dag_run_state, dagbag_probe, dags_tests, demo_commands, migrated_home,
 )
 
 pytestmark = pytest.mark.integration
@@ -40,10 +40,7 @@ def _sample(spark, warehouse: Path, **overrides) -> None:
 
 @pytest.fixture(scope="module")
 def airflow_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("airflow_dataflow")
-    _run("airflow db migrate", [str(AIRFLOW), "db", "migrate"], _airflow_env(home),
-         MIGRATE_TIMEOUT_S, home / "db-migrate.log")
-    return home
+    return migrated_home(tmp_path_factory, "airflow_dataflow")
 
 
 @pytest.fixture(scope="module")
@@ -94,11 +91,20 @@ def dag_runs(airflow_home, sample_wh, live_wh, bad_wh, tmp_path_factory) -> dict
         "microbatch": test("dataflow_microbatch__ad_sessions", live_wh),
         "broken_microbatch": test("dataflow_microbatch__broken_counts", live_wh),
     }
+    # test_dags.py's demo DAG runs come last, in this process too, unless that module made
+    # them already (test_dags.DEMO_RUNS): its job finds Spark running, as a second job of
+    # one driver does, and switches to the warehouse its conf names.
+    demo_base = tmp_path_factory.mktemp("demo_runs")
+    demo = {} if DEMO_RUNS else demo_commands(demo_base)
+    commands.update({f"demo_{name}": command for name, command in demo.items()})
     # The broken pipeline is one more registered pipeline for all of them (the registry
     # reads $DATAFLOW_PIPELINES once per process).
     env = _airflow_env(airflow_home, DATAFLOW_SPARK_MASTER="local[2]", DATAFLOW_PIPELINES="broken_pipeline",
                        PYTHONPATH=f"{base}:{ROOT}", PYTHONUNBUFFERED="1")
-    return dags_tests(commands, env, base / "dags-tests.log")
+    runs = dags_tests(commands, env, base / "dags-tests.log")
+    if demo:
+        DEMO_RUNS.append(({name: runs.pop(f"demo_{name}") for name in demo}, demo_base))
+    return runs
 
 
 def returned(output: str, task_id: str) -> str:
