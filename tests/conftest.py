@@ -58,6 +58,7 @@ SLOW = (
 # under `make test`'s workers they go right after the SLOW ones, so the end of the run is
 # short tests on both workers, not one worker finishing a long test while the other idles.
 LONG = (
+    "tests/integration/test_pipeline_properties.py::",  # three pipelines of five stages: batch, replay, live
     "tests/integration/test_backfill_holds.py::test_crash_and_change_law",  # ~75 s
     "tests/integration/test_microbatch.py::",  # tests of 30-50 s each
     "tests/integration/test_backfill_live.py::",
