@@ -76,8 +76,6 @@ def airflow_ui(tmp_path_factory):
         # The suite's JVM flags and class archive (tests/jvm_archive.py) for the tasks' JVMs.
         DATAFLOW_SPARK_JAVA_OPTS=os.environ.get("DATAFLOW_SPARK_JAVA_OPTS", ""),
         DATAFLOW_SAMPLE_ROWS="3000",
-        # One user (admin) both asks for and decides the approval test's plans (issue 64).
-        DATAFLOW_ALLOW_SELF_APPROVAL="true",
         PATH=f"{ROOT / '.venv' / 'bin'}:{os.environ['PATH']}",
     )
     script = ROOT / "scripts" / "airflow-standalone.sh"
