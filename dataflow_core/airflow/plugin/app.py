@@ -31,7 +31,6 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Redirect
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from dataflow_core.airflow.plugin.access import DATA_DOCS_CSP, SIGNED_PREFIX, Access, data_docs_token, guard
-
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import layout
 
@@ -63,10 +62,10 @@ def _warehouse() -> str | None:
 
 @app.get("/keys")
 async def keys(request: Request, pipeline: str, stage: str | None = None, q: str = "") -> Response:
+    import starlette.concurrency
+
     from dataflow_core.airflow.plugin.explorer import search_keys
     from dataflow_core.pipelines import get
-
-    import starlette.concurrency
 
     try:
         found = await starlette.concurrency.run_in_threadpool(search_keys, get(pipeline), stage or None, q, _warehouse())
