@@ -49,6 +49,8 @@ def plugin(tmp_path_factory):
     site = home / "warehouse" / "_data_docs" / "gx" / "uncommitted" / "data_docs" / "local_site"
     site.mkdir(parents=True)
     (site / "index.html").write_text("<!doctype html><title>Data Docs</title><p id='docs'>validations</p>")
+    (site / "static" / "fonts").mkdir(parents=True)
+    (site / "static" / "fonts" / "icons.woff2").write_bytes(b"font")
     (home / "secret.html").write_text("outside the site")
     port, tokens = _free_port(), home / "tokens.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "DATAFLOW_"))}
@@ -136,7 +138,10 @@ def test_data_docs_are_served_in_a_sandbox_under_a_signed_path_and_never_outside
     policy = headers["content-security-policy"]
     assert policy.startswith("sandbox ") and "allow-same-origin" not in policy and "default-src 'self'" in policy
     assert "connect-src 'none'" in policy
+    assert "access-control-allow-origin" not in {k.lower() for k in headers}  # a page with data: not shared
     folder = signed.rsplit("/", 1)[0]
+    status, headers, _ = _get(base + folder + "/static/fonts/icons.woff2")  # fonts load in CORS mode
+    assert status == 200 and headers.get("access-control-allow-origin") == "*"
     for hostile in ("/a%00b.html", "/%00", "/" + "../" * 6 + "secret.html", "/" + "..%2F" * 6 + "secret.html"):
         status, _, body = _get(base + folder + hostile)
         assert status == 404 and "outside the site" not in body, (hostile, status, body[:300])

@@ -89,6 +89,10 @@ async def data_docs_file(request: Request, token: str, path: str) -> Response:
                                           status_code=404)
     else:
         response = FileResponse(file)
+        if path.startswith("static/"):
+            # A sandboxed page (an opaque origin) fetches its fonts in CORS mode: the site's
+            # static files (the libraries' CSS, scripts and fonts, no data) say anyone may read them.
+            response.headers["Access-Control-Allow-Origin"] = "*"
     response.headers["Content-Security-Policy"] = DATA_DOCS_CSP
     response.headers["Referrer-Policy"] = "no-referrer"  # the path holds the token
     response.headers["X-Content-Type-Options"] = "nosniff"
