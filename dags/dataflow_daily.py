@@ -15,6 +15,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow import settings
+from dataflow_core.airflow.dag_ids import daily_dag_id
 from dataflow_core.pipelines import all_pipelines
 from dataflow_core.model.windows import GlobalWindows
 
@@ -38,7 +39,7 @@ def _run(function, *args: Any) -> Any:
 
 def make_daily_dag(pipeline: str, description: str):
     @dag(
-        dag_id=f"dataflow_daily__{pipeline}",
+        dag_id=daily_dag_id(pipeline),
         description=f"Daily backfill of {pipeline}: {description}",
         schedule=CronDataIntervalTimetable("0 0 * * *", timezone="UTC"),
         start_date=settings.daily_start(),

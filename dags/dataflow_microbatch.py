@@ -39,6 +39,7 @@ from airflow.sdk import dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow import settings
+from dataflow_core.airflow.dag_ids import microbatch_dag_id
 from dataflow_core.pipelines import all_pipelines
 
 log = logging.getLogger("dataflow")
@@ -46,7 +47,7 @@ log = logging.getLogger("dataflow")
 
 def make_microbatch_dag(pipeline: str, description: str):
     @dag(
-        dag_id=f"dataflow_microbatch__{pipeline}",
+        dag_id=microbatch_dag_id(pipeline),
         description=f"Micro-batches of {pipeline}: {description}",
         schedule=settings.microbatch_schedule(pipeline),
         start_date=pendulum.datetime(2024, 1, 1, tz="UTC"),

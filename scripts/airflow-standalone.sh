@@ -17,6 +17,9 @@ log="$AIRFLOW_HOME/standalone.log"
 url="http://localhost:$AIRFLOW__API__PORT"
 passwords="$AIRFLOW_HOME/simple_auth_manager_passwords.json.generated"
 SAMPLE_ROWS="${DATAFLOW_SAMPLE_ROWS:-20000}"
+# One user (the generated admin) both asks for backfills and approves them on this local
+# Airflow: let the requester approve (docs/deployment.md, "Who approves a backfill").
+export DATAFLOW_ALLOW_SELF_APPROVAL="${DATAFLOW_ALLOW_SELF_APPROVAL:-true}"
 
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
 

@@ -8,12 +8,16 @@ human-in-the-loop branch operator (standard provider), whose page ("Required act
 shows the diff's summary as Markdown and waits; its choice runs `apply_plan` (the stored
 plan, once, refused when stale) or `reject_plan` (the plan discarded, no table changed).
 Who chose and when come from the operator's response and are recorded in `dataflow_runs`
-by the task that acts on it. One run for the whole range, not one per day: one plan is
+by the task that acts on it. Only an approver decides (`PlanApproval`: `$DATAFLOW_APPROVERS`,
+never the requester unless `$DATAFLOW_ALLOW_SELF_APPROVAL`), a request nobody decides is
+rejected after `$DATAFLOW_APPROVAL_TIMEOUT`, and the page escapes every string from data. One run for the whole range, not one per day: one plan is
 one decision, and a window belongs to the range its start falls in either way.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from airflow.providers.standard.operators.hitl import HITLBranchOperator
@@ -27,24 +31,146 @@ SHOWN_WINDOWS = 20  # per stage in the approval page; `dataflow plan show` and t
 
 
 class PlanApproval(HITLBranchOperator):
-    """Approve or Reject, branching to the task that acts on it. The response's user and
-    time are pushed (key `decision`) before branching: the branch's own return value says
-    which task runs, not who decided, and the decision must be recorded by who made it."""
+    """Approve or Reject, branching to the task that acts on it, decided only by an approver.
+
+    Who may decide (`approval_rule`, read when the task starts): the users of
+    `$DATAFLOW_APPROVERS` (user ids and `role:NAME`), given to Airflow as the request's
+    assigned users so that its UI and API let no one else respond; unconfigured, whoever
+    Airflow lets respond. The user who triggered the run is not an approver unless
+    `$DATAFLOW_ALLOW_SELF_APPROVAL` is true: their Approve is refused (`refusal`), the task
+    fails with one line and nothing is applied. After `$DATAFLOW_APPROVAL_TIMEOUT` without
+    a decision the request is rejected (Airflow's timeout default), the plan discarded.
+
+    The response's user and time are pushed (key `decision`) before branching: the branch's
+    own return value says which task runs, not who decided, and the decision must be
+    recorded by who made it."""
 
     def __init__(self, *, apply_task: str, reject_task: str, **kwargs: Any) -> None:
         super().__init__(options=[APPROVE, REJECT], options_mapping={APPROVE: apply_task, REJECT: reject_task},
-                         **kwargs)
+                         defaults=[REJECT], **kwargs)
+
+    def execute(self, context: Any) -> Any:
+        from dataflow_core.airflow import settings
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from dataflow_core.errors import DataflowError
+
+        try:
+            rule = approval_rule(_requester(context))
+        except DataflowError as exc:
+            self.log.error(f"FAILED: {exc}")
+            raise AirflowFailException(str(exc)) from None
+        self.assigned_users = [{"id": u, "name": u} for u in rule.assigned] or None
+        self.response_timeout = settings.approval_timeout()
+        self.log.info(rule.describe() + f"; rejected if nobody decides within {self.response_timeout}")
+        return super().execute(context)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        from airflow.sdk.exceptions import AirflowFailException
+
         if "error" not in event:
             user = event.get("responded_by_user") or {}
             at = event.get("responded_at")
+            option = (event.get("chosen_options") or [None])[0]
+            if event.get("timedout"):
+                who = TIMED_OUT
+                self.log.info(f"REJECTED: nobody decided within {self.response_timeout}: the plan is discarded, "
+                              "nothing applied")
+            else:
+                who = user.get("name") or user.get("id") or "unknown"
+                refused = approval_rule(_requester(context)).refusal(option, user)
+                if refused:
+                    self.log.error(f"FAILED: {refused}")
+                    raise AirflowFailException(refused)
             context["ti"].xcom_push(key=DECISION_KEY, value={
-                "option": (event.get("chosen_options") or [None])[0],
-                "user": user.get("name") or user.get("id") or "unknown",
+                "option": option, "user": who,
                 "at": at.isoformat() if hasattr(at, "isoformat") else str(at),
             })
         return super().execute_complete(context=context, event=event)
+
+
+TIMED_OUT = "nobody (approval timed out)"
+"""`decided_by` of a plan rejected because no approver decided in time."""
+
+
+def _requester(context: Any) -> str | None:
+    run = context.get("dag_run")
+    return getattr(run, "triggering_user_name", None) or None
+
+
+@dataclass(frozen=True)
+class ApprovalRule:
+    """Who may approve one request: `approvers` (None: whoever Airflow lets respond), less the
+    requester unless `allow_self`."""
+
+    requester: str | None
+    approvers: frozenset[str] | None
+    allow_self: bool
+
+    @property
+    def assigned(self) -> list[str]:
+        """The users to assign the request to in Airflow (empty: not restricted)."""
+        if self.approvers is None:
+            return []
+        return sorted(u for u in self.approvers if self.allow_self or u != self.requester)
+
+    def describe(self) -> str:
+        who = ", ".join(self.assigned) if self.approvers is not None else "any user Airflow lets respond"
+        self_part = "" if self.allow_self or not self.requester else f", not {self.requester} who asked for it"
+        return f"waiting for approval by {who}{self_part}"
+
+    def refusal(self, option: str | None, user: Mapping[str, Any]) -> str | None:
+        """Why this user's choice does not count (None: it does). Only an Approve is checked:
+        rejecting discards a plan, which anyone allowed to respond may do."""
+        if option != APPROVE:
+            return None
+        names = {str(v) for v in (user.get("id"), user.get("name")) if v}
+        if not names:
+            return "approval by an unknown user refused: Airflow's response names no user; nothing was applied"
+        if self.requester and self.requester in names and not self.allow_self:
+            return (f"approval by {self.requester} refused: they asked for this backfill, and the requester is not "
+                    "an approver (set DATAFLOW_ALLOW_SELF_APPROVAL=true to allow it); nothing was applied")
+        if self.approvers is not None and not names & set(self.assigned):
+            return (f"approval by {', '.join(sorted(names)) or 'an unknown user'} refused: not among the approvers "
+                    f"({', '.join(self.assigned) or 'none'}, $DATAFLOW_APPROVERS); nothing was applied")
+        return None
+
+
+def approval_rule(requester: str | None) -> ApprovalRule:
+    """The rule for a request by `requester` from the settings (`settings.approvers`, ...);
+    `role:NAME` entries become the role's users. DataflowError when the approvers leave no
+    one but the requester: such a request could never be approved."""
+    from dataflow_core.airflow import settings
+    from dataflow_core.errors import DataflowError
+
+    entries = settings.approvers()
+    allow_self = settings.allow_self_approval()
+    if not entries:
+        return ApprovalRule(requester, None, allow_self)
+    users = frozenset(u for e in entries for u in (role_users(e[5:].strip()) if e.startswith("role:") else [e]))
+    rule = ApprovalRule(requester, users, allow_self)
+    if not rule.assigned:
+        raise DataflowError(f"no approver for a backfill requested by {requester}: $DATAFLOW_APPROVERS="
+                            f"{','.join(entries)!r} names no one else (add an approver, or set "
+                            "DATAFLOW_ALLOW_SELF_APPROVAL=true)")
+    return rule
+
+
+def role_users(role: str) -> list[str]:
+    """The users of an Airflow role, where the auth manager can list them (the simple auth
+    manager's `[core] simple_auth_manager_users`); others refuse in one line, since a role the
+    product cannot resolve must not silently mean nobody or everybody."""
+    from airflow.configuration import conf
+
+    from dataflow_core.errors import DataflowError
+
+    manager = conf.get("core", "auth_manager", fallback="") or ""
+    if not manager.endswith("SimpleAuthManager"):
+        raise DataflowError(f"$DATAFLOW_APPROVERS: role:{role} cannot be resolved with auth manager {manager!r} "
+                            "(only the simple auth manager lists its users): name the approvers' user ids")
+    users = [u.split(":") for u in conf.getlist("core", "simple_auth_manager_users", fallback="")]
+    return [u[0] for u in users if len(u) > 1 and u[1].strip().lower() == role.lower()]
 
 
 def plan_range(plan: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
@@ -62,22 +188,25 @@ def plan_range(plan: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     result = run_backfill(spark, pipeline, plan["start"], plan["end"], plan_only=True, progress=lambda m: say("  " + m))
     for line in plan_lines(spark, result.run_id, pipeline, limit=None):
         say(line)
+    from dataflow_core.spark.jobs.plan_diff import headline
+
     state, diffs = plan_diff(spark, result.run_id, pipeline)
     url = plan_url(pipeline, result.run_id)
     say(f"the plan in the browser: {url}")
-    return {"run_id": result.run_id, "markdown": approval_markdown(state, diffs, url),
+    return {"run_id": result.run_id, "markdown": approval_markdown(headline(state, diffs), result.run_id, diffs, url),
             "ledger": ledger_counts(result.ledger), "ledger_ok": result.ledger_ok}
 
 
-def approval_markdown(state: Any, diffs: list[Any], explorer_url: str | None = None) -> str:
+def approval_markdown(head: str, run_id: str, diffs: list[Any], explorer_url: str | None = None) -> str:
     """The approval page's body: the plan's headline, per stage its first windows as a
-    table and the sum of its changes per key, and where the full diff is."""
+    table and the sum of its changes per key, and where the full diff is. Every string that
+    comes from data or a request (keys, values, names, the headline) is escaped (`md_text`):
+    a key must not rewrite the page an approver reads."""
     from dataflow_core.diagram.plan_table import key_rows, stage_rows
-    from dataflow_core.spark.jobs.plan_diff import headline
 
-    out = [f"**{headline(state, diffs)}**", ""]
+    out = [f"**{md_text(head)}**", ""]
     for diff in diffs:
-        out.append(f"#### {diff.stage}: {len(diff.changes):,} window(s) change")
+        out.append(f"#### {md_text(diff.stage)}: {len(diff.changes):,} window(s) change")
         if diff.changes:
             out += _md_table(*stage_rows(diff, SHOWN_WINDOWS))
             if len(diff.changes) > SHOWN_WINDOWS:
@@ -86,17 +215,33 @@ def approval_markdown(state: Any, diffs: list[Any], explorer_url: str | None = N
             if rows:
                 out += ["", "Sum of changes per key:", ""] + _md_table(columns, rows)
         out.append("")
-    where = f"[the pane explorer's plan view]({explorer_url}), or " if explorer_url else ""
-    out.append(f"Full diff: {where}`dataflow plan show {state.run.run_id}`. Approve applies exactly this plan "
+    where = f"[the pane explorer's plan view](<{_md_url(explorer_url)}>), or " if explorer_url else ""
+    out.append(f"Full diff: {where}dataflow plan show {md_text(run_id)}. Approve applies exactly this plan "
                "(refused if the input or an output changed since); Reject discards it.")
     return "\n".join(out)
 
 
+_MD_PUNCTUATION = re.compile(r"([!-/:-@\[-`{-~])")  # every ASCII punctuation character
+
+
+def md_text(value: Any) -> str:
+    """`value` as literal Markdown text: each ASCII punctuation character backslash-escaped
+    (CommonMark renders an escaped one as itself, so no emphasis, link, image, HTML tag,
+    entity or table cell boundary can start), line breaks as spaces."""
+    text = " ".join(str(value).splitlines())
+    return _MD_PUNCTUATION.sub(r"\\\1", text)
+
+
+def _md_url(url: str) -> str:
+    """A link destination in `<...>`: nothing in it may close the brackets or break the line."""
+    return "".join(c if c not in "<>\n\r" else "%{:02X}".format(ord(c)) for c in url)
+
+
 def _md_table(columns: list[str], rows: list[list[Any]]) -> list[str]:
     def cell(v: Any) -> str:
-        return "" if v is None else str(v).replace("|", "\\|")
+        return "" if v is None else md_text(v)
 
-    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns),
+    return ["| " + " | ".join(md_text(c) for c in columns) + " |", "|" + "---|" * len(columns),
             *["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]]
 
 

@@ -12,6 +12,12 @@
 | `DATAFLOW_RESULTS_FILE_MB` | largest file OPTIMIZE writes in a results table (see `maintain`) | 16 |
 | `DATAFLOW_UI_URL` | the Airflow UI's address, for the links task logs print | `http://localhost:$AIRFLOW__API__PORT` |
 | `DATAFLOW_TIMER_WAIT` | longest a one-off micro-batch waits to fire a pending processing-time timer | `1h` |
+| `DATAFLOW_APPROVERS` | who may approve a backfill plan: Airflow user ids and `role:NAME` (simple auth manager), comma-separated | anyone Airflow lets respond |
+| `DATAFLOW_ALLOW_SELF_APPROVAL` | `true`: the user who triggered the backfill may approve its plan too | `false` |
+| `DATAFLOW_APPROVAL_TIMEOUT` | how long a plan waits for a decision; then it is rejected, nothing applied | `72h` |
+
+The approval settings are read by the `approve_backfill` task when it starts (the worker's
+environment); see `dataflow_core.airflow.approval`.
 """
 
 from __future__ import annotations
@@ -121,3 +127,35 @@ def timer_wait_ms() -> int:
         return parse_duration(raw)
     except ValueError as exc:
         raise DataflowError(f"$DATAFLOW_TIMER_WAIT={raw!r}: {exc}") from None
+
+
+DEFAULT_APPROVAL_TIMEOUT = "72h"
+
+
+def approvers() -> tuple[str, ...]:
+    """`DATAFLOW_APPROVERS`: user ids and `role:NAME` entries, as given (empty: not configured)."""
+    raw = os.environ.get("DATAFLOW_APPROVERS", "")
+    entries = tuple(e.strip() for e in raw.split(",") if e.strip())
+    for entry in entries:
+        if entry.startswith("role:") and not entry[5:].strip():
+            raise DataflowError(f"$DATAFLOW_APPROVERS={raw!r}: 'role:' needs a role name (e.g. role:admin)")
+    return entries
+
+
+def allow_self_approval() -> bool:
+    raw = os.environ.get("DATAFLOW_ALLOW_SELF_APPROVAL", "").strip().lower()
+    if raw in ("", "false", "0", "no"):
+        return False
+    if raw in ("true", "1", "yes"):
+        return True
+    raise DataflowError(f"$DATAFLOW_ALLOW_SELF_APPROVAL={raw!r}: use true or false")
+
+
+def approval_timeout() -> dt.timedelta:
+    from dataflow_core.model.time import positive_duration
+
+    raw = os.environ.get("DATAFLOW_APPROVAL_TIMEOUT", "").strip() or DEFAULT_APPROVAL_TIMEOUT
+    try:
+        return dt.timedelta(milliseconds=positive_duration(raw, "$DATAFLOW_APPROVAL_TIMEOUT"))
+    except ValueError as exc:
+        raise DataflowError(f"$DATAFLOW_APPROVAL_TIMEOUT={raw!r}: {exc}") from None

@@ -52,6 +52,7 @@ RC = {
     "hatch.linewidth": 0.8,
     "path.simplify": False,
     "axes.unicode_minus": True,
+    "text.parse_math": False,  # a key or value is text: "ad-$\\frac$" is not mathtext (and no error)
 }
 
 PANEL_HEIGHT = 4.6  # inches per key

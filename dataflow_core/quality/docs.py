@@ -38,6 +38,9 @@ _GE_IMAGE = re.compile(r'"https://great-expectations-web-assets\.s3\.[^"/]*/([A-
 VENDOR = "static/vendor"
 
 
+_INTEGRITY = re.compile(r'\s+integrity="[^"]*"')
+
+
 def make_offline(site: Path | str, assets: Path | None = None) -> int:
     """Make the Data Docs site fully styled without internet: GE's pages load Bootstrap,
     jQuery, bootstrap-table, Font Awesome and Vega from CDNs, so offline they are unstyled
@@ -68,6 +71,10 @@ def make_offline(site: Path | str, assets: Path | None = None) -> int:
             text = text.replace(f'"{url}"', f'"{up}{VENDOR}/{package_dir(spec)}/{file}"')
         # Same-origin copies: no CORS mode (which file:// pages cannot use for their scripts).
         text = text.replace(' crossorigin="anonymous"', "")
+        # No integrity checks either: the plugin serves the site in a CSP sandbox (an opaque
+        # origin), where a check of a script from the server itself fails; the copies were
+        # checked against their packages' sha512 when fetched (`assets.fetch`).
+        text = _INTEGRITY.sub("", text)
         text = _GE_IMAGE.sub(lambda m: f'"{up}static/images/{m.group(1)}"'
                              if (site / "static" / "images" / m.group(1)).is_file() else m.group(0), text)
         at = text.find("</head>")

@@ -146,6 +146,19 @@ def test_one_panel_per_key_and_choosing_keys() -> None:
         history.for_keys(["c"])
 
 
+def test_a_key_with_math_text_or_markup_is_drawn_as_text() -> None:
+    """Issue 64, finding 9: a key `ad-$\\frac$` made matplotlib parse math text and fail (a 500
+    in the explorer); the diagram's text is text, and markup in it stays escaped in the SVG."""
+    hostile = "ad-$\\frac$<script>x</script>&"
+    yaml_text = TWO_KEYS.replace("key: a,", "key: 'HOSTILE',").replace("HOSTILE", hostile.replace("'", "''"))
+    history = history_from_scenario(parse_scenario(__import__("yaml").safe_load(yaml_text), "hostile.yaml"))
+    history.title, history.subtitle = f"pipeline: {hostile}", f"key {hostile}"
+    svg = render(history).decode()
+    root = ET.fromstring(svg)  # well-formed: nothing the key holds became markup
+    texts = " ".join(t for t in root.itertext())
+    assert "ad-$\\frac$<script>x</script>&" in texts and "<script>" not in svg
+
+
 def test_watermark_steps_never_move_back() -> None:
     steps = monotone_steps([(10, 5), (20, 3), (20, 7), (30, 7), (40, END_OF_TIME)])
     assert [(s.processing_time, s.watermark) for s in steps] == [(10, 5), (20, 7), (40, END_OF_TIME)]

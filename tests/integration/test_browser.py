@@ -667,6 +667,7 @@ _STYLED_JS = """() => {
     navbar: getComputedStyle(document.querySelector('nav, .navbar') || document.body).display,
     bodyFont: getComputedStyle(document.body).fontFamily,
     iconFont: icon ? getComputedStyle(icon, '::before').fontFamily : '',
+    origin: window.origin,
   };
 }"""
 
@@ -718,7 +719,11 @@ def test_data_docs_are_served_by_airflow_styled_and_without_network(airflow_ui):
 
     assert refused == [] and failed == [], (refused, failed)
     bootstrap = [s for s in styled["sheets"] if s["href"].endswith("/bootstrap.min.css")]
-    assert bootstrap and bootstrap[0]["rules"] > 500 and "/dataflow-explorer/data-docs/static/vendor/" in bootstrap[0]["href"], styled
+    # In the plugin's CSP sandbox (an opaque origin, issue 64): the rules of a stylesheet are not
+    # readable from the page, so Bootstrap shows in what it styles (its navbar is a flexbox).
+    assert styled["origin"] == "null", styled
+    assert bootstrap and styled["navbar"] == "flex", styled
+    assert re.search(r"/dataflow-explorer/data-docs/signed/[^/]+/static/vendor/", bootstrap[0]["href"]), styled
     assert all(s["href"].startswith(airflow_ui["url"]) for s in styled["sheets"] if s["href"]), styled
     assert styled["jquery"] and styled["rows"] >= 3, styled
     assert "Font Awesome" in styled["iconFont"] or not styled["iconFont"], styled

@@ -241,6 +241,46 @@ def test_the_explorer_reads_a_pipeline_of_its_own_columns_and_a_key_expression(s
     assert view.counts["panes"] == 1 and [str(r["value"]) for r in view.results] == ["11.35"]
 
 
+def test_a_hostile_key_renders_escaped_in_the_explorer_and_the_key_search_counts_once_per_version(
+        spark, warehouse, monkeypatch):
+    """Issue 64, finding 9: a key with markup and unbalanced math text is drawn and listed as
+    text (it was a 500); the key search counts the pane log once per table version, not on
+    every page load and keystroke."""
+    from pyspark.sql import functions as F
+
+    import dataflow_core.airflow.plugin.explorer as explorer
+    from dataflow_core.airflow.plugin.app import render_page
+    from dataflow_core.spark.platform.tables import write_table
+
+    spec = shop_orders(f"t_shop_hostile_{next(_names)}")
+    hostile = "<img src=x onerror=alert(1)>ad-$\\frac$"
+    rows = [("o1", hostile, Decimal("2.50"), T, T + 1000), ("o2", "fr", Decimal("3.00"), T, T + 1000)]
+    df = spark.createDataFrame(rows, "order_id string, country string, amount decimal(10,2), e bigint, i bigint")
+    write_table(spark, df.select("order_id", "country", "amount", F.timestamp_millis("e").alias("ordered_at"),
+                                 F.timestamp_millis("i").alias("received_at")), spec.input_table)
+    run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
+    key = hostile.upper()  # the pipeline's key is upper(country)
+
+    page = render_page(spec.name, None, key, "", "", str(warehouse))
+    assert 'id="diagram"' in page and 'id="error"' not in page, page[-2000:]
+    assert "<IMG" not in page and "&lt;IMG SRC=X ONERROR=ALERT(1)&gt;AD-$\\FRAC$" in page
+
+    queries: list[str] = []
+    counted = explorer.query
+
+    def query(sql, *args, **kwargs):
+        queries.append(sql)
+        return counted(sql, *args, **kwargs)
+
+    monkeypatch.setattr(explorer, "query", query)  # counts the reads, still reads the table
+    for text in ("", "f", "fr", "<img", "nothing"):
+        found = explorer.search_keys(spec, None, text, warehouse=str(warehouse))
+        assert [k["key"] for k in found] == [k for k in (key, "FR") if text.lower() in k.lower()], (text, found)
+    assert sum("GROUP BY" in q for q in queries) <= 1, queries  # none if the page above counted already
+    spark.sql(f"DELETE FROM `{spec.stages[0].output}_panes` WHERE region = 'FR'")  # a new version
+    assert [k["key"] for k in explorer.search_keys(spec, None, "", warehouse=str(warehouse))] == [key]
+
+
 def test_dataflow_diagram_from_tables_reads_the_warehouse_and_the_pipelines_own_columns(spark, warehouse, tmp_path,
                                                                                         capsys):
     from dataflow_core.cli import main as cli

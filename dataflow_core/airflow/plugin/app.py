@@ -13,8 +13,8 @@ It also serves the Great Expectations Data Docs site of the warehouse at `data-d
 (Browse -> "Data Docs"; the gates' task logs link there), styled from local copies of its CSS
 and scripts (`dataflow_core/quality/assets.py`), so it needs no internet and no file path.
 
-Only users logged in to Airflow see either: the request must carry Airflow's session cookie
-(or a bearer token) that Airflow's auth manager accepts.
+Every route is behind one dependency (`access.guard`): a login Airflow's auth manager accepts,
+and read access to the pipeline's DAGs; without Airflow's auth the app refuses every request.
 """
 
 from __future__ import annotations
@@ -23,36 +23,37 @@ import datetime as dt
 import html
 import os
 from typing import Any, Sequence
-from urllib.parse import urlencode
+from pathlib import Path
+from urllib.parse import quote, urlencode
 
-from fastapi import FastAPI, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from dataflow_core.airflow.plugin.access import DATA_DOCS_CSP, SIGNED_PREFIX, Access, data_docs_token, guard
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import layout
 
 URL_PREFIX = "/dataflow-explorer"
 
-app = FastAPI(title="Dataflow pane explorer", docs_url=None, redoc_url=None, openapi_url=None)
+app = FastAPI(title="Dataflow pane explorer", docs_url=None, redoc_url=None, openapi_url=None,
+              dependencies=[Depends(guard)])
 
 
-async def _login_problem(request: Request) -> str | None:
-    """None when the caller is logged in to Airflow; else why not. Outside Airflow (no auth
-    manager) the check is skipped."""
-    if os.environ.get("DATAFLOW_EXPLORER_AUTH", "airflow") == "none":
-        return None
-    try:
-        from airflow.api_fastapi.auth.managers.base_auth_manager import COOKIE_NAME_JWT_TOKEN
-        from airflow.api_fastapi.core_api.security import resolve_user_from_token
-    except ImportError:
-        return None
-    header = request.headers.get("authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE_NAME_JWT_TOKEN)
-    try:
-        await resolve_user_from_token(token)
-    except Exception as exc:  # noqa: BLE001 - HTTPException or an auth manager's own error
-        return str(getattr(exc, "detail", exc)) or "not logged in"
-    return None
+@app.exception_handler(StarletteHTTPException)
+async def _refused(request: Request, exc: StarletteHTTPException) -> Response:
+    """A refusal in one line: JSON for the key search, a page for the rest (with the way to log
+    in when that is what is missing)."""
+    detail = str(exc.detail)
+    if request.url.path.endswith("/keys"):
+        return JSONResponse({"error": detail}, status_code=exc.status_code)
+    login = ' <a href="/" target="_top">Log in to Airflow</a>' if exc.status_code == 401 else ""
+    return HTMLResponse(_document("Dataflow", f'<p class="error" id="error">{html.escape(detail)}{login}</p>'),
+                        status_code=exc.status_code)
+
+
+def _access(request: Request) -> Access:
+    return request.state.dataflow_access
 
 
 def _warehouse() -> str | None:
@@ -61,14 +62,14 @@ def _warehouse() -> str | None:
 
 @app.get("/keys")
 async def keys(request: Request, pipeline: str, stage: str | None = None, q: str = "") -> Response:
-    problem = await _login_problem(request)
-    if problem:
-        return JSONResponse({"error": problem}, status_code=401)
+    import starlette.concurrency
+
     from dataflow_core.airflow.plugin.explorer import search_keys
     from dataflow_core.pipelines import get
 
     try:
-        return JSONResponse({"keys": search_keys(get(pipeline), stage or None, q, _warehouse())})
+        found = await starlette.concurrency.run_in_threadpool(search_keys, get(pipeline), stage or None, q, _warehouse())
+        return JSONResponse({"keys": found})
     except DataflowError as exc:
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -78,45 +79,68 @@ async def data_docs_root_page() -> Response:
     return RedirectResponse(URL_PREFIX + "/data-docs/index.html")
 
 
+@app.get(f"/data-docs/{SIGNED_PREFIX}/{{token}}/{{path:path}}")
+async def data_docs_file(request: Request, token: str, path: str) -> Response:
+    """A file of the Data Docs site (pages, their local CSS, scripts and fonts), never one
+    outside the site, in the CSP sandbox (`access.DATA_DOCS_CSP`)."""
+    file, message = _site_file(path)
+    if file is None:
+        response: Response = HTMLResponse(_document("Data Docs", f'<p class="error" id="error">{message}</p>'),
+                                          status_code=404)
+    else:
+        response = FileResponse(file)
+        if path.startswith("static/"):
+            # A sandboxed page (an opaque origin) fetches its fonts in CORS mode: the site's
+            # static files (the libraries' CSS, scripts and fonts, no data) say anyone may read them.
+            response.headers["Access-Control-Allow-Origin"] = "*"
+    response.headers["Content-Security-Policy"] = DATA_DOCS_CSP
+    response.headers["Referrer-Policy"] = "no-referrer"  # the path holds the token
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    return response
+
+
 @app.get("/data-docs/{path:path}")
 async def data_docs(request: Request, path: str) -> Response:
-    """A file of the Data Docs site (pages, their local CSS, scripts and fonts); never one
-    outside the site."""
-    problem = await _login_problem(request)
-    if problem:
-        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">Log in to Airflow first '
-                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
-                            status_code=401)
+    """A logged-in reader of every pipeline: the same file under a signed path (the sandboxed
+    pages' own requests carry no cookie; their relative links keep the path's token)."""
+    access = _access(request)
+    token = "anonymous" if access.anonymous else data_docs_token(access.user)
+    return RedirectResponse(f"{URL_PREFIX}/data-docs/{SIGNED_PREFIX}/{token}/{quote(path or 'index.html')}",
+                            status_code=307)
+
+
+def _site_file(path: str) -> tuple[Path | None, str]:
+    """The site's file at `path` (relative), or None and why not: outside the site, missing,
+    or not a path at all (a NUL byte)."""
     from dataflow_core.quality.docs import data_docs_root, site_index
 
     site = site_index(data_docs_root(_warehouse())).parent.resolve()
+    if "\0" in path:
+        return None, f"No such Data Docs page: {html.escape(repr(path))}"
     file = (site / (path or "index.html")).resolve()
     if not file.is_relative_to(site) or not file.is_file():
-        message = ("No Data Docs yet: a gate builds them (run a backfill or a micro-batch first)."
-                   if not site.is_dir() else f"No such Data Docs page: {html.escape(path)}")
-        return HTMLResponse(_document("Data Docs", f'<p class="error" id="error">{message}</p>'), status_code=404)
-    return FileResponse(file)
+        return None, ("No Data Docs yet: a gate builds them (run a backfill or a micro-batch first)."
+                      if not site.is_dir() else f"No such Data Docs page: {html.escape(path)}")
+    return file, ""
 
 
 @app.get("/plan", response_class=HTMLResponse)
 async def plan_page(request: Request, pipeline: str | None = None, run_id: str = "") -> Response:
     """The plan view: a pipeline's backfill plans, and one plan's windows, old against new."""
-    problem = await _login_problem(request)
-    if problem:
-        return HTMLResponse(_document("Backfill plans", f'<p class="error" id="error">Log in to Airflow first '
-                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
-                            status_code=401)
     import starlette.concurrency
 
-    body = await starlette.concurrency.run_in_threadpool(render_plan_page, pipeline, run_id, _warehouse())
+    body = await starlette.concurrency.run_in_threadpool(render_plan_page, pipeline, run_id, _warehouse(),
+                                                         _access(request).pipelines)
     return HTMLResponse(body)
 
 
-def render_plan_page(pipeline: str | None, run_id: str, warehouse: str | None) -> str:
-    from dataflow_core.airflow.plugin.explorer import pipelines
+def render_plan_page(pipeline: str | None, run_id: str, warehouse: str | None,
+                     readable: Sequence[str] | None = None) -> str:
+    """The plan view of `pipeline` (else the first one), among the pipelines in `readable`
+    (the caller's, from `access.guard`; None: all)."""
     from dataflow_core.airflow.plugin.plan_view import plan_stages, plans_of
 
-    specs = pipelines()
+    specs = _readable_specs(readable)
     pipeline = pipeline if pipeline in specs else next(iter(specs), None)
     if pipeline is None:
         return _document("Backfill plans", '<p class="error" id="error">No pipelines are registered.</p>')
@@ -174,24 +198,27 @@ def _bars(old: Any, new: Any, top: float) -> str:
 @app.get("/", response_class=HTMLResponse)
 async def page(request: Request, pipeline: str | None = None, stage: str | None = None, key: str = "",
                event_from: str = "", event_to: str = "") -> Response:
-    problem = await _login_problem(request)
-    if problem:
-        return HTMLResponse(_document("Pane explorer", f'<p class="error" id="error">Log in to Airflow first '
-                                      f'({html.escape(problem)}): <a href="/" target="_top">Airflow</a></p>'),
-                            status_code=401)
     import starlette.concurrency
 
     # Reading and drawing are blocking work: keep them off the api-server's event loop.
     body = await starlette.concurrency.run_in_threadpool(
-        render_page, pipeline, stage, key, event_from, event_to, _warehouse())
+        render_page, pipeline, stage, key, event_from, event_to, _warehouse(), _access(request).pipelines)
     return HTMLResponse(body)
 
 
-def render_page(pipeline: str | None, stage: str | None, key: str, event_from: str, event_to: str,
-                warehouse: str | None) -> str:
-    from dataflow_core.airflow.plugin.explorer import key_view, pipelines, search_keys, stage_names
+def _readable_specs(readable: Sequence[str] | None) -> dict[str, Any]:
+    from dataflow_core.airflow.plugin.explorer import pipelines
 
     specs = pipelines()
+    return specs if readable is None else {n: s for n, s in specs.items() if n in set(readable)}
+
+
+def render_page(pipeline: str | None, stage: str | None, key: str, event_from: str, event_to: str,
+                warehouse: str | None, readable: Sequence[str] | None = None) -> str:
+    """The explorer's page over the pipelines in `readable` (the caller's; None: all)."""
+    from dataflow_core.airflow.plugin.explorer import key_view, search_keys, stage_names
+
+    specs = _readable_specs(readable)
     if not specs:
         return _document("Pane explorer", '<p class="error" id="error">No pipelines are registered.</p>')
     pipeline = pipeline if pipeline in specs else next(iter(specs))

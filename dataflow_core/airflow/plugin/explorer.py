@@ -6,6 +6,7 @@ diagram drawn by `dataflow_core.diagram` exactly as `dataflow diagram --pipeline
 from __future__ import annotations
 
 import datetime as dt
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,23 +41,61 @@ def _key_filter(key: dict[str, str]) -> str:
     return " AND ".join(f"CAST({quote_ident(c)} AS VARCHAR) = {literal(v)}" for c, v in key.items())
 
 
+KEY_CACHE_TABLES = 16  # pane-log versions whose key counts are kept (one per stage is enough)
+KEY_CACHE_MAX_KEYS = 200_000  # a pane log with more keys is searched in SQL each time
+_key_counts: dict[tuple[str, str, int], list[dict[str, Any]] | None] = {}
+_key_counts_lock = threading.Lock()
+
+
 def search_keys(spec: Any, stage: str | None, text: str = "", warehouse: str | None = None,
                 limit: int = KEY_LIST_LIMIT) -> list[dict[str, Any]]:
-    """Keys of the stage's pane log containing `text` (case-insensitive), busiest first."""
+    """Keys of the stage's pane log containing `text` (case-insensitive), busiest first.
+
+    The page and every keystroke of the search box ask; the pane log's keys are counted
+    (a GROUP BY over the whole table) once per table version and kept (`_key_counts`),
+    unless it has more than KEY_CACHE_MAX_KEYS keys."""
     _, st = stage_of(spec, stage)
     table = layout.panes(st)
     if table not in list_tables(warehouse):
         return []
-    columns = list(st.key_columns)
-    label = " || ', ' || ".join(f"CAST({quote_ident(c)} AS VARCHAR)" for c in columns) if len(columns) > 1 else \
-        f"CAST({quote_ident(columns[0])} AS VARCHAR)"
-    if len(columns) > 1:
-        label = " || ', ' || ".join(f"{literal(c + '=')} || CAST({quote_ident(c)} AS VARCHAR)" for c in columns)
+    label = _key_label(list(st.key_columns))
+    counted = _counted_keys(table, label, warehouse)
+    if counted is not None:
+        needle = text.lower()
+        return [r for r in counted if not needle or (r["key"] is not None and needle in r["key"].lower())][:limit]
     where = f"WHERE lower({label}) LIKE {literal('%' + text.lower() + '%')}" if text else ""
-    rows = query(f"SELECT {label} AS key, count(*) AS panes, sum(CASE WHEN is_retraction THEN 1 ELSE 0 END) AS "
+    return _count_keys(table, label, where, limit, warehouse)
+
+
+def _key_label(columns: list[str]) -> str:
+    """DataFusion SQL: the key as the explorer writes it (`a=1, b=x` for several columns)."""
+    if len(columns) > 1:
+        return " || ', ' || ".join(f"{literal(c + '=')} || CAST({quote_ident(c)} AS VARCHAR)" for c in columns)
+    return f"CAST({quote_ident(columns[0])} AS VARCHAR)"
+
+
+def _count_keys(table: str, label: str, where: str, limit: int, warehouse: str | None) -> list[dict[str, Any]]:
+    return query(f"SELECT {label} AS key, count(*) AS panes, sum(CASE WHEN is_retraction THEN 1 ELSE 0 END) AS "
                  f"retractions FROM {table} {where} GROUP BY 1 ORDER BY panes DESC, key LIMIT {int(limit)}",
                  warehouse).table.to_pylist()
-    return rows
+
+
+def _counted_keys(table: str, label: str, warehouse: str | None) -> list[dict[str, Any]] | None:
+    """Every key of this version of the pane log with its counts, busiest first (counted once
+    per version); None when there are too many to keep."""
+    from dataflow_core.query import open_table, resolve_warehouse
+
+    entry = (resolve_warehouse(warehouse), f"{table}:{label}", open_table(table, warehouse).version())
+    with _key_counts_lock:
+        if entry in _key_counts:
+            return _key_counts[entry]
+    rows = _count_keys(table, label, "", KEY_CACHE_MAX_KEYS + 1, warehouse)
+    kept = rows if len(rows) <= KEY_CACHE_MAX_KEYS else None  # None kept too: not counted again
+    with _key_counts_lock:
+        while len(_key_counts) >= KEY_CACHE_TABLES:
+            _key_counts.pop(next(iter(_key_counts)))
+        _key_counts[entry] = kept
+    return kept
 
 
 @dataclass
