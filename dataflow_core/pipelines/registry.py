@@ -1,5 +1,5 @@
-"""Pipelines by name. Modules of the top-level `pipelines` package register theirs on
-import; `$DATAFLOW_PIPELINES` names further modules (comma-separated) to import."""
+"""Pipelines by name. The shipped examples (`dataflow_core.examples.pipelines`) register theirs
+on import; `$DATAFLOW_PIPELINES` names further modules (comma-separated) to import."""
 
 from __future__ import annotations
 
@@ -46,10 +46,10 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    import pipelines
+    from dataflow_core.examples import pipelines as examples
 
-    for info in pkgutil.iter_modules(pipelines.__path__):
-        importlib.import_module(f"pipelines.{info.name}")
+    for info in pkgutil.iter_modules(examples.__path__):
+        importlib.import_module(f"{examples.__name__}.{info.name}")
     for name in filter(None, (m.strip() for m in os.environ.get(PIPELINES_ENV, "").split(","))):
         try:
             importlib.import_module(name)
