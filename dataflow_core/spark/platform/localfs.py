@@ -74,6 +74,8 @@ def compile_jar(sources: list[Path], class_path: list[Path | str], target: Path)
     javac, jar = _jdk_tool("javac"), _jdk_tool("jar")
     if javac is None or jar is None:
         return None
+    print(f"dataflow: compiling the product's {target.name} into {target.parent} (once for this version)",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         classes = Path(tmp) / "classes"
         subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes),

@@ -31,6 +31,7 @@ import sys
 from pathlib import Path
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import setup_step
 from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import cache_dir, delta_jars
 
@@ -118,7 +119,7 @@ def session_conf(jar: Path | None, why: str = "", named: str | None = None) -> d
     if jar is None:
         raise DataflowError(
             f"local commits need the product's log store ({LOCAL_LOG_STORE}), and {_expected_jar()} is "
-            f"missing ({why or 'not built'}): install a JDK and run `make setup`, or name another store "
+            f"missing ({why or 'not built'}): install a JDK and run {setup_step(__name__)}, or name another store "
             f"for file: tables with {LOCAL_LOG_STORE_ENV}=<class> (or {FILE_STORE_CONF}), e.g. "
             "io.delta.storage.HDFSLogStore, exclusive within ONE process only")
     return {FILE_STORE_CONF: LOCAL_LOG_STORE}
