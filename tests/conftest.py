@@ -49,6 +49,7 @@ SLOW = (
     "tests/integration/test_s3_warehouse.py::",  # ~80 s: a backfill on S3 and on a folder in one driver process
     "tests/integration/test_backfill_holds.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
     "tests/integration/test_dags.py::",  # ~60 s
+    "tests/integration/test_wheel.py::",  # the wheel built, installed in a fresh venv: a Spark driver, Airflow's CLI
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )
