@@ -121,11 +121,10 @@ def test_the_installed_package_runs_a_users_pipeline_and_airflow_finds_its_plugi
     home = tmp_path / "home"
     user_cache = home / ".cache" / "dataflow"
     user_cache.mkdir(parents=True)
-    # The Delta jars as resolved before (their manifest names jar files by absolute path) and
-    # the local file system's jar, as a mirror or an earlier run would give them (each a
-    # minute of this test otherwise); not the log stores', which this run builds.
+    # The Delta jars as resolved before (their manifest names jar files by absolute path), as
+    # a mirror or an earlier run would give them; not the local file system's jar nor the log
+    # stores', which this run compiles.
     shutil.copy(cache_dir() / MANIFEST_NAME, user_cache / MANIFEST_NAME)
-    (user_cache / "localfs").symlink_to(cache_dir() / "localfs")
     env = _clean_env(HOME=str(home), PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
                      PYTHONPATH=str(work), DATAFLOW_PIPELINES="tiny_pipelines",
                      DATAFLOW_WAREHOUSE=str(work / "warehouse"), DATAFLOW_SPARK_MASTER="local[1]",
@@ -148,7 +147,8 @@ def test_the_installed_package_runs_a_users_pipeline_and_airflow_finds_its_plugi
     generated = run(str(venv / "bin" / "python"), "-c", GENERATE_THEN_BACKFILL, timeout=300)
     assert "wrote 300 rows to table tiny" in generated.stdout
     assert "compiling the product's dataflow-logstores.jar" in generated.stderr, generated.stderr[-2000:]
-    assert list(user_cache.glob("logstores/*/dataflow-logstores.jar")), sorted(user_cache.rglob("*"))
+    for jar in ("logstores/*/dataflow-logstores.jar", "localfs/*/*.jar"):
+        assert list(user_cache.glob(jar)), sorted(user_cache.rglob("*"))
     assert "tiny_billing" in run(dataflow, "check", "--pipeline", "tiny_billing").stdout
     counted = run(dataflow, "sql", "SELECT count(*) AS n FROM tiny_billing")
     words = counted.stdout.split()

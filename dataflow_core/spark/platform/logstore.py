@@ -11,7 +11,8 @@ replace them (docs/deployment.md, "Commits from many drivers"):
 - `io.dataflow.s3.ConditionalPutLogStore` for `s3a:`/`s3:`: N.json is one PUT with
   `If-None-Match: *` (`dataflow_core.objectstore` names it).
 
-`make setup` compiles them with the JDK's `javac` into `.cache/` (`localfs.compile_jar`);
+`make setup` compiles them with the JDK's `javac` into the cache (`localfs.compile_jar`;
+`dataflow_core.paths.cache_dir`), or the first session does;
 every session loads the jar through `spark.jars` (Delta's classes, which they extend, are
 loaded there too) and names the `file:` store (`session_conf`). The jar's folder is named by a
 digest of the sources, Hadoop's and Delta's jars, so an upgrade or a changed source looks for
