@@ -144,7 +144,7 @@ def test_the_installed_package_runs_a_users_pipeline_and_airflow_finds_its_plugi
     dataflow = str(venv / "bin" / "dataflow")
     assert "tiny_billing" in run(dataflow, "pipelines").stdout
     # `dataflow generate`, then `dataflow backfill` in the same process: one JVM for both.
-    generated = run(str(venv / "bin" / "python"), "-c", GENERATE_THEN_BACKFILL, timeout=300)
+    generated = run(str(venv / "bin" / "python"), "-c", GENERATE_THEN_BACKFILL, timeout=600)
     assert "wrote 300 rows to table tiny" in generated.stdout
     assert "compiling the product's dataflow-logstores.jar" in generated.stderr, generated.stderr[-2000:]
     for jar in ("logstores/*/dataflow-logstores.jar", "localfs/*/*.jar"):
