@@ -51,10 +51,15 @@ for argv in (["generate", "--rows", "300", "--seed", "5", "--table", "tiny", "--
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel `uv build` makes from the sdist (offline: setuptools from uv's cache, as
-    `make setup` installs the project)."""
-    out = tmp_path_factory.mktemp("dist")
+    `make setup` installs the project), of a copy of the sources: setuptools writes
+    `*.egg-info` into the tree it builds, and that metadata on a checkout's path would be a
+    second distribution to Airflow, which then finds the plugin's entry point twice."""
+    out, source = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "dataflow_core", source / "dataflow_core", ignore=shutil.ignore_patterns("__pycache__"))
     uv = Path(sys.executable).with_name("uv")
-    built = subprocess.run([str(uv), "build", "--offline", "--quiet", "--out-dir", str(out), str(ROOT)],
+    built = subprocess.run([str(uv), "build", "--offline", "--quiet", "--out-dir", str(out), str(source)],
                            capture_output=True, text=True, timeout=120)
     assert built.returncode == 0, built.stdout + built.stderr
     (found,) = out.glob(f"{DIST}-*.whl")
