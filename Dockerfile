@@ -36,10 +36,8 @@ RUN pip install --no-deps -r requirements.lock
 
 COPY --chown=dataflow:0 pyproject.toml README.md ./
 COPY --chown=dataflow:0 dataflow_core ./dataflow_core
-COPY --chown=dataflow:0 jobs ./jobs
-COPY --chown=dataflow:0 expectations ./expectations
 COPY --chown=dataflow:0 dags ./dags
-# Editable, as in development: paths relative to the project (expectations/, .cache/) resolve.
+# Editable, as in development: the cache is the project's .cache/ (dataflow_core/paths.py).
 RUN pip install --no-deps -e . && chown -R dataflow:0 /opt/dataflow
 
 USER dataflow

@@ -11,7 +11,7 @@
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
 #                 if it is missing and apt-get can (scripts/ensure-chromium.sh)
-#   make demo   - setup, then the product's story on sample data (python -m jobs.demo)
+#   make demo   - setup, then the product's story on sample data (python -m dataflow_core.examples.jobs.demo)
 #   make bench  - setup, then every benchmarks/bench_*.py
 #   make airflow       - Airflow standalone in the background (UI on :8080, project's DAGs, SQLite
 #                        DB, sample data generated if none); prints the URL, user and password
@@ -75,7 +75,7 @@ $(S3_SERVER_READY): $(S3_SERVER_LOCK) $(DEPS_STAMP)
 # The project's own modules are compiled here too (quick: only what changed), for the same
 # reason as --compile-bytecode below; a stale .pyc is never used (Python checks the source).
 setup: $(VENV)/.ready $(S3_SERVER_READY)
-	@$(PY) -m compileall -q -j 0 dataflow_core jobs pipelines dags tests >/dev/null
+	@$(PY) -m compileall -q -j 0 dataflow_core dags tests >/dev/null
 	@$(PY) -m dataflow_core.spark.platform.jars
 	@$(PY) -m dataflow_core.spark.platform.localfs
 	@$(PY) -m dataflow_core.spark.platform.logstore
@@ -131,7 +131,7 @@ test: setup
 	exit $$rc
 
 demo: setup
-	$(PY) -m jobs.demo
+	$(PY) -m dataflow_core.examples.jobs.demo
 
 bench: setup
 	@shopt -s nullglob; scripts=(benchmarks/bench_*.py); \

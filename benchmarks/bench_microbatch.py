@@ -32,7 +32,7 @@ part in chunks the size of the small history. The maintenance DAG's step
 (`dataflow_core.airflow.maintenance.maintain`: expire seen ids, OPTIMIZE, VACUUM) runs after
 every 7 days of processing time and at the end. Each history is built once and cached
 under .cache/bench_microbatch/ (by its sizes); the build's time and the library it was built
-with (commit, hash of dataflow_core/ and pipelines/) are in the results. A history built by
+with (commit, hash of dataflow_core/) are in the results. A history built by
 an older library is used as a live deployment's tables would be after an upgrade;
 `--rebuild` builds it afresh with the library as it stands.
 
@@ -434,13 +434,13 @@ def library_state() -> dict:
     """The commit and a hash of the library's source as it stands (other work may be under
     way in the same tree), and which of its files differ from the commit."""
     digest = hashlib.sha256()
-    for folder in ("dataflow_core", "pipelines"):
+    for folder in ("dataflow_core",):
         for path in sorted((ROOT / folder).rglob("*.py")):
             digest.update(str(path.relative_to(ROOT)).encode())
             digest.update(path.read_bytes())
     git = lambda *a: subprocess.run(["git", *a], cwd=ROOT, capture_output=True, text=True).stdout.strip()  # noqa: E731
     return {"commit": git("rev-parse", "--short", "HEAD"), "source_hash": digest.hexdigest()[:12],
-            "uncommitted": git("status", "--porcelain", "--", "dataflow_core", "pipelines").splitlines()}
+            "uncommitted": git("status", "--porcelain", "--", "dataflow_core").splitlines()}
 
 
 def run(opts, what: str, warehouse: Path, label: str, extra: list[str] = ()) -> dict:

@@ -15,7 +15,7 @@ import pendulum
 from airflow.sdk import Param, dag, task
 
 # Cheap: the job module imports Spark only inside its functions. The form shows its defaults.
-from jobs.demo_job import DEFAULT_ROWS, DEFAULT_SEED, DEFAULT_WINDOW, OUTPUT_TABLE
+from dataflow_core.examples.jobs.demo_job import DEFAULT_ROWS, DEFAULT_SEED, DEFAULT_WINDOW, OUTPUT_TABLE
 
 # A positive whole number and one unit of the model's durations: the form refuses `abc` or
 # `0m` before a run exists (the job would only fail after starting).
@@ -107,9 +107,9 @@ def job_argv(params: Mapping[str, Any]) -> list[str]:
 def dataflow_demo() -> None:
     @task(task_id="run_demo_job")
     def run_demo_job(**context: Any) -> list[str]:
-        """Run `jobs.demo_job.main` in the worker; a non-zero exit fails the task."""
+        """Run `dataflow_core.examples.jobs.demo_job.main` in the worker; a non-zero exit fails the task."""
         from dataflow_core.errors import DataflowError
-        from jobs.demo_job import main, parse_window
+        from dataflow_core.examples.jobs.demo_job import main, parse_window
 
         params = context["params"]
         argv = job_argv(params)
@@ -119,12 +119,12 @@ def dataflow_demo() -> None:
             parse_window(str(params.get("window") or DEFAULT_WINDOW))
             SampleConfig(rows=int(params["rows"]), seed=int(params["seed"]))
         except DataflowError as exc:
-            raise RuntimeError(f"jobs.demo_job would refuse its parameters: {exc}") from None
+            raise RuntimeError(f"dataflow_core.examples.jobs.demo_job would refuse its parameters: {exc}") from None
         clear_previous_output(params)
-        print("running jobs.demo_job " + " ".join(argv), flush=True)
+        print("running dataflow_core.examples.jobs.demo_job " + " ".join(argv), flush=True)
         status = main(argv)
         if status:  # 2: bad parameter (the job printed which), 1: the count ledger is off
-            raise RuntimeError(f"jobs.demo_job exited with status {status} (argv: {argv})")
+            raise RuntimeError(f"dataflow_core.examples.jobs.demo_job exited with status {status} (argv: {argv})")
         return argv
 
     run_demo_job()

@@ -12,7 +12,9 @@ _dataflow_root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$_dataflow_root/.airflow}"
 export AIRFLOW__CORE__DAGS_FOLDER="${AIRFLOW__CORE__DAGS_FOLDER:-$_dataflow_root/dags}"
 export AIRFLOW__CORE__LOAD_EXAMPLES="${AIRFLOW__CORE__LOAD_EXAMPLES:-False}"
-# The pane explorer (Browse -> Pane explorer): dataflow_core/airflow/plugin/.
+# The pane explorer (Browse -> Pane explorer): dataflow_core/airflow/plugin/. Installed (make
+# setup's editable install too) Airflow finds it by the airflow.plugins entry point; this folder
+# then holds no plugin class, so it is registered once.
 export AIRFLOW__CORE__PLUGINS_FOLDER="${AIRFLOW__CORE__PLUGINS_FOLDER:-$_dataflow_root/dataflow_core/airflow/plugin/folder}"
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN="${AIRFLOW__DATABASE__SQL_ALCHEMY_CONN:-sqlite:///$AIRFLOW_HOME/airflow.db}"
 # Standalone's LocalExecutor starts `parallelism` worker processes (32 by default: far too

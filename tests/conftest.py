@@ -50,6 +50,7 @@ SLOW = (
     "tests/integration/test_backfill_holds.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
     "tests/integration/test_dags.py::",  # ~60 s alone; on test_dags_dataflow.py's worker (SAME_WORKER_AS), a few seconds
     "tests/integration/test_plugin_access.py::",  # ~40 s: the plugin app behind Airflow's auth manager, a server process
+    "tests/integration/test_wheel.py::",  # the wheel built, installed in a fresh venv: a Spark driver, Airflow's CLI
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
 )

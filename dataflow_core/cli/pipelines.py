@@ -9,7 +9,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "pipelines",
         help="list the registered pipelines (what / where / when / how of each stage)",
-        description="Pipelines are defined in the pipelines/ package (or $DATAFLOW_PIPELINES modules).",
+        description="Pipelines are the shipped examples and those of the modules named by "
+                    "$DATAFLOW_PIPELINES or the dataflow.pipelines entry-point group.",
     )
     p.set_defaults(func=run)
 

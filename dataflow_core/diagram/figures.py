@@ -12,9 +12,12 @@ from pathlib import Path
 from dataflow_core.diagram.draw import render
 from dataflow_core.diagram.history import history_from_scenario
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import checkout_root
 from dataflow_core.scenario import load_scenario
 
-REPO = Path(__file__).resolve().parents[2]
+# The figures are the repository's docs: by default the checkout's, installed the current
+# directory's (a clone's root), never a path computed into site-packages.
+REPO = checkout_root() or Path(".")
 SCENARIOS = REPO / "docs" / "figures" / "scenarios"
 FIGURES = REPO / "docs" / "figures"
 

@@ -1,5 +1,8 @@
-"""Pipelines by name. Modules of the top-level `pipelines` package register theirs on
-import; `$DATAFLOW_PIPELINES` names further modules (comma-separated) to import."""
+"""Pipelines by name. Each module defining pipelines registers them on import; the modules
+imported are the shipped examples (`dataflow_core.examples.pipelines`), those an installed
+distribution names in the entry-point group `dataflow.pipelines` (`name = "package.module"`
+in its pyproject's `[project.entry-points."dataflow.pipelines"]`), and those
+`$DATAFLOW_PIPELINES` names (comma-separated)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines.spec import PipelineSpec
 
 PIPELINES_ENV = "DATAFLOW_PIPELINES"
+ENTRY_POINT_GROUP = "dataflow.pipelines"
 _REGISTRY: dict[str, PipelineSpec] = {}
 _loaded = False
 
@@ -46,15 +50,27 @@ def _load() -> None:
     if _loaded:
         return
     _loaded = True
-    import pipelines
+    from dataflow_core.examples import pipelines as examples
 
-    for info in pkgutil.iter_modules(pipelines.__path__):
-        importlib.import_module(f"pipelines.{info.name}")
+    for info in pkgutil.iter_modules(examples.__path__):
+        importlib.import_module(f"{examples.__name__}.{info.name}")
+    _load_entry_points()
     for name in filter(None, (m.strip() for m in os.environ.get(PIPELINES_ENV, "").split(","))):
         try:
             importlib.import_module(name)
         except ImportError as exc:
             raise DataflowError(f"${PIPELINES_ENV} names module {name!r}, which cannot be imported: {exc}") from None
+
+
+def _load_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            point.load()
+        except ImportError as exc:
+            raise DataflowError(f"entry point {point.name!r} of group {ENTRY_POINT_GROUP!r} names module "
+                                f"{point.value!r}, which cannot be imported: {exc}") from None
 
 
 def all_pipelines() -> dict[str, PipelineSpec]:

@@ -6,7 +6,7 @@ more from CDNs (`ASSETS`: each URL with the npm package and file it comes from, 
 versions the URLs name). `make setup` (`python -m dataflow_core.quality.assets`) fetches those
 packages once with `npm pack` (the registry's own client; each tarball's sha512 is checked
 against `PACKAGES`, as delta-jars.lock pins the jars) and keeps only the files the pages use
-in `.cache/data-docs-assets/` (or `$DATAFLOW_DOCS_ASSETS`). `make_offline` then copies them
+in the cache's `data-docs-assets/` (`dataflow_core.paths.cache_dir`; or `$DATAFLOW_DOCS_ASSETS`). `make_offline` then copies them
 into each site and points the pages at the copies.
 """
 
@@ -23,6 +23,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from dataflow_core.paths import cache_dir
 
 # npm package spec -> sha512 integrity of its tarball (as the registry gives it).
 PACKAGES = {
@@ -82,7 +84,7 @@ def assets_dir() -> Path:
     configured = os.environ.get(ENV)
     if configured:
         return Path(configured).expanduser().resolve()
-    return Path(__file__).resolve().parents[2] / ".cache" / "data-docs-assets"
+    return cache_dir() / "data-docs-assets"
 
 
 def package_dir(spec: str) -> str:

@@ -285,7 +285,7 @@ def demo_runs(tmp_path_factory) -> tuple[dict[str, DagsTest], Path]:
 def test_dags_test_runs_the_demo_job_into_delta(demo_runs):
     from deltalake import DeltaTable
 
-    from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
+    from dataflow_core.examples.jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
 
     runs, base = demo_runs
     result, warehouse = runs["demo"], base / "warehouse"
@@ -309,7 +309,7 @@ def test_a_failing_job_fails_the_dag_run(demo_runs):
     runs, base = demo_runs
     result = runs["failing"]
     assert result.code != 0 and _dag_run_state(result.stdout) == "failed"
-    assert "jobs.demo_job would refuse its parameters: invalid sample parameter seed" in result.stdout
+    assert "dataflow_core.examples.jobs.demo_job would refuse its parameters: invalid sample parameter seed" in result.stdout
     assert not (base / "wh").exists()
 
 

@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 from dataflow_core.errors import DataflowError
 from dataflow_core.sample import SampleConfig, generate_events
 from dataflow_core.spark.platform.tables import read_table
-from jobs import demo_job
+from dataflow_core.examples.jobs import demo_job
 
 pytestmark = pytest.mark.integration
 

@@ -176,7 +176,7 @@ TABLES = {
     "ad_short_sessions_panes": ("run_id",),
     "billing__quarantine": ("run_id", "quarantined_at"),
 }
-# `python -m jobs.demo_job ARGS` or `python -m dataflow_core ARGS` for each (job, ARGS) in
+# `python -m dataflow_core.examples.jobs.demo_job ARGS` or `python -m dataflow_core ARGS` for each (job, ARGS) in
 # turn, in one process: one Spark application (and one set of executors) for all of them,
 # not one each. The first job starts Spark on the cluster and names the application; each
 # later one finds that session running and only switches the warehouse, as it would in a
@@ -184,7 +184,7 @@ TABLES = {
 JOB_SEQUENCE = """
 import json, sys
 from dataflow_core.cli import main as dataflow
-from jobs.demo_job import main as demo_job
+from dataflow_core.examples.jobs.demo_job import main as demo_job
 for job, args in json.loads(sys.argv[1]):
     print(f"$ {job} " + " ".join(args), flush=True)
     code = {"demo_job": demo_job, "dataflow": dataflow}[job](args)
@@ -245,7 +245,7 @@ def on_cluster(cluster, spark, tmp_path_factory) -> ClusterJobs:
 def test_demo_job_runs_on_a_standalone_master(cluster, on_cluster):
     from deltalake import DeltaTable
 
-    from jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
+    from dataflow_core.examples.jobs.demo_job import INPUT_TABLE, OUTPUT_TABLE
 
     assert any("in = accepted + quarantined + dropped as late" in line for line in on_cluster.outputs[0])
     # It really ran on the cluster: the master knows the application (the demo job started

@@ -2,8 +2,11 @@
 to the UI's navigation (external views shown inside the UI at `/plugin/pane-explorer` and
 `/plugin/data-docs`, the Great Expectations site the gates build).
 
-Airflow loads it from the plugins folder `dataflow_core/airflow/plugin/folder/`
-(`AIRFLOW__CORE__PLUGINS_FOLDER`, set by `scripts/airflow-env.sh`).
+Installed, Airflow finds it through the `airflow.plugins` entry point (pyproject.toml, named
+`ENTRY_POINT` here). A checkout may also name the plugins folder
+`dataflow_core/airflow/plugin/folder/` (`AIRFLOW__CORE__PLUGINS_FOLDER`, set by
+`scripts/airflow-env.sh`); that folder offers the class only when no entry point does, since
+Airflow would report the second one found as an import error ("already registered").
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 from airflow.plugins_manager import AirflowPlugin
 
 from dataflow_core.airflow.plugin.app import URL_PREFIX, app
+
+ENTRY_POINT = "dataflow_core.airflow.plugin.airflow_plugin:DataflowPlugin"
 
 
 class DataflowPlugin(AirflowPlugin):

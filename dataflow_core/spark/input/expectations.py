@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import package_data
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
@@ -28,12 +29,23 @@ EXPECTATIONS_DIR_ENV = "DATAFLOW_EXPECTATIONS_DIR"
 DEFAULT_SUITE = "video_events"
 
 
-def expectations_dir() -> Path:
-    """`$DATAFLOW_EXPECTATIONS_DIR`, else the repository's `expectations/` folder."""
+def expectations_dirs() -> list[Path]:
+    """Where a suite named without a path is looked for, first match wins:
+    `$DATAFLOW_EXPECTATIONS_DIR` (the user's suites, which may also replace a shipped one),
+    then the suites shipped in the package (`dataflow_core/expectations/`: the gates' own and
+    the sample's `video_events`)."""
     configured = os.environ.get(EXPECTATIONS_DIR_ENV)
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[3] / "expectations"
+    return ([Path(configured)] if configured else []) + [package_data("expectations")]
+
+
+def _suite_path(suite: str, directory: Path | str | None) -> Path:
+    if str(suite).endswith(".json"):
+        return Path(suite)
+    candidates = [Path(directory)] if directory else expectations_dirs()
+    for folder in candidates:
+        if (folder / f"{suite}.json").is_file():
+            return folder / f"{suite}.json"
+    return candidates[0] / f"{suite}.json"  # the error names where the user's suite belongs
 
 
 # --- row predicates per expectation type (true = the row passes) --------------------
@@ -189,9 +201,7 @@ def load_rules(
 
     A kwarg value `"${name}"` is replaced by `params[name]` (gate suites use it for
     pipeline settings such as the allowed skew)."""
-    path = Path(suite) if str(suite).endswith(".json") else (
-        Path(directory) if directory else expectations_dir()
-    ) / f"{suite}.json"
+    path = _suite_path(suite, directory)
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:

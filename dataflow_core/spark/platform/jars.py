@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Iterator
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import cache_dir, setup_step  # cache_dir re-exported: the one cache
 from dataflow_core.spark.platform import ivy
 from dataflow_core.spark.platform.java import check_java
 
@@ -48,7 +49,6 @@ DEFAULT_REPOSITORY = "https://repo1.maven.org/maven2/"
 DEFAULT_TIMEOUT_S = 600.0
 MANIFEST_NAME = "delta-jars.json"
 LOCK_FILE = Path(__file__).with_name("delta-jars.lock")
-_SETUP_HINT = "run `make setup` on a machine that reaches Maven Central"
 
 
 @dataclass(frozen=True)
@@ -94,17 +94,6 @@ class LockedJar:
     def url(self, repository: str) -> str:
         path = f"{self.group.replace('.', '/')}/{self.artifact}/{self.version}/{self.artifact}-{self.version}.jar"
         return repository.rstrip("/") + "/" + path
-
-
-def project_root() -> Path:
-    """The checkout this package runs from (the package is installed editable)."""
-    return Path(__file__).resolve().parents[3]
-
-
-def cache_dir() -> Path:
-    """`$DATAFLOW_CACHE_DIR`, else `<project>/.cache`."""
-    configured = os.environ.get("DATAFLOW_CACHE_DIR")
-    return Path(configured).resolve() if configured else project_root() / ".cache"
 
 
 def repository_url() -> str:
@@ -282,7 +271,8 @@ def _coordinate_of(file_name: str) -> tuple[str, str, str]:
 def _failure(jar_set: JarSet, cache: Path, repository: str, reason: str) -> DataflowError:
     return DataflowError(
         f"{jar_set.label} {jar_set.coordinate} are not cached in {cache} and could not be resolved "
-        f"from {repository} ({reason}): {_SETUP_HINT} (or set DATAFLOW_MAVEN_REPO to a "
+        f"from {repository} ({reason}): run {setup_step(__name__)} on a machine that reaches Maven Central "
+        "(or set DATAFLOW_MAVEN_REPO to a "
         "reachable Maven mirror)"
     )
 

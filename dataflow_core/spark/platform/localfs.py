@@ -8,8 +8,9 @@ local table. A micro-batch of a few Delta commits starts thousands of them; each
 driver's JVM. The classes in `localfs_java/` do both with java.nio and leave everything
 else to Hadoop (the processes and CPU they save: docs/setup.md).
 
-`make setup` compiles them with the JDK's `javac` into `.cache/` (`python -m
-dataflow_core.spark.platform.localfs`); a local session (`get_spark`) puts the jar on its
+`make setup` compiles them with the JDK's `javac` into the cache (`python -m
+dataflow_core.spark.platform.localfs`; `dataflow_core.paths.cache_dir`), or the first local
+session does; a local session (`get_spark`) puts the jar on its
 JVM's class path and names the classes as the `file:` scheme's file systems
 (`driver_setup`). Without a JDK (a JRE has no javac) Hadoop's own classes serve: slower,
 with the same results. Clusters are left alone: their executors keep Hadoop's.
@@ -74,6 +75,8 @@ def compile_jar(sources: list[Path], class_path: list[Path | str], target: Path)
     javac, jar = _jdk_tool("javac"), _jdk_tool("jar")
     if javac is None or jar is None:
         return None
+    print(f"dataflow: compiling the product's {target.name} into {target.parent} (once for this version)",
+          file=sys.stderr, flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         classes = Path(tmp) / "classes"
         subprocess.run([javac, "--release", "17", "-nowarn", "-d", str(classes),
@@ -99,14 +102,16 @@ CONF = {"spark.hadoop.fs.file.impl": FILE_SYSTEM, "spark.hadoop.fs.AbstractFileS
 
 
 def driver_setup(master: str) -> dict[str, str]:
-    """For a local master whose jar is built: the jar on the driver JVM's class path, and the
-    settings (CONF) to give the session; else nothing (Hadoop's own classes serve).
+    """For a local master: the jar (compiled on first use, as an installed package has no
+    `make setup`) on the driver JVM's class path, and the settings (CONF) to give the
+    session; else, without a JDK or when it does not build, nothing (Hadoop's own classes
+    serve: slower, the same results).
 
     The class path, not `spark.jars`: spark-submit opens the `file:` file system to resolve
     `spark.jars` before it loads them. `SPARK_DIST_CLASSPATH` (read when the JVM is launched,
     and appended to whatever a user put there) rather than `spark.driver.extraClassPath`,
     which would replace a user's own; in local mode the driver's JVM is the executors' too."""
-    built = built_jar() if master.startswith("local") else None
+    built = _built_or_none() if master.startswith("local") else None
     if built is None:
         return {}
     jar = str(built)
@@ -114,6 +119,13 @@ def driver_setup(master: str) -> dict[str, str]:
     if jar not in present.split(os.pathsep):
         os.environ["SPARK_DIST_CLASSPATH"] = os.pathsep.join(filter(None, [present, jar]))
     return dict(CONF)
+
+
+def _built_or_none() -> Path | None:
+    try:
+        return build_jar()
+    except (OSError, subprocess.CalledProcessError):  # no Hadoop jar, a javac that fails
+        return None
 
 
 def main() -> int:

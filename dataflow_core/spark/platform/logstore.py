@@ -15,7 +15,8 @@ The same jar's `io.dataflow.streaming.ExclusiveCheckpointFileManager` makes a st
 checkpoint files (a batch's offsets, its commit) with the same exclusive create, so two
 processes planning one stream batch cannot both make it (`session_conf`).
 
-`make setup` compiles them with the JDK's `javac` into `.cache/` (`localfs.compile_jar`);
+`make setup` compiles them with the JDK's `javac` into the cache (`localfs.compile_jar`;
+`dataflow_core.paths.cache_dir`), or the first session does;
 every session loads the jar through `spark.jars` (Delta's classes, which they extend, are
 loaded there too) and names the `file:` store (`session_conf`). The jar's folder is named by a
 digest of the sources, Hadoop's and Delta's jars, so an upgrade or a changed source looks for
@@ -35,6 +36,7 @@ import sys
 from pathlib import Path
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import setup_step
 from dataflow_core.spark.platform import localfs
 from dataflow_core.spark.platform.jars import cache_dir, delta_jars
 
@@ -126,7 +128,7 @@ def session_conf(jar: Path | None, why: str = "", named: str | None = None) -> d
     if jar is None:
         raise DataflowError(
             f"local commits need the product's log store ({LOCAL_LOG_STORE}), and {_expected_jar()} is "
-            f"missing ({why or 'not built'}): install a JDK and run `make setup`, or name another store "
+            f"missing ({why or 'not built'}): install a JDK and run {setup_step(__name__)}, or name another store "
             f"for file: tables with {LOCAL_LOG_STORE_ENV}=<class> (or {FILE_STORE_CONF}), e.g. "
             "io.delta.storage.HDFSLogStore, exclusive within ONE process only")
     # the streams' checkpoint files (a batch's offsets, its commit) made with the same exclusive create

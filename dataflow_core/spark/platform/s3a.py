@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.paths import setup_step
 from dataflow_core.spark.platform import localfs, logstore
 from dataflow_core.objectstore import LOG_STORE_CLASS, S3Settings
 from dataflow_core.spark.platform.jars import JarSet, cache_dir, delta_jars, resolve_jars, write_lock
@@ -79,11 +80,11 @@ def required_log_store() -> Path:
         store = logstore.build_jar()
     except (OSError, subprocess.CalledProcessError) as exc:
         detail = (getattr(exc, "stderr", "") or str(exc)).strip().replace("\n", " ")[:200]
-        raise DataflowError(f"the S3 log store did not build ({detail}); run `make setup`") from None
+        raise DataflowError(f"the S3 log store did not build ({detail}); run {setup_step(logstore.__name__)}") from None
     if store is None:
-        raise DataflowError("a warehouse on S3 needs the product's S3 log store, which `make setup` "
-                            "compiles with a JDK's javac: install a JDK (e.g. openjdk-17-jdk-headless) "
-                            "and run `make setup`")
+        raise DataflowError("a warehouse on S3 needs the product's S3 log store, compiled with a JDK's "
+                            "javac on first use: install a JDK (e.g. openjdk-17-jdk-headless) "
+                            f"and run {setup_step(logstore.__name__)}")
     return store
 
 

@@ -1,6 +1,6 @@
 """The product's story on the sample data (`make demo`).
 
-    python -m jobs.demo [--rows 20000] [--master local[*]] [--warehouse ./warehouse]
+    python -m dataflow_core.examples.jobs.demo [--rows 20000] [--master local[*]] [--warehouse ./warehouse]
 
 1. generate six hours of sample ad and content views (late, duplicated and broken rows
    among them) into `video_events`;
@@ -34,7 +34,7 @@ STEPS = 8
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m jobs.demo", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dataflow_core.examples.jobs.demo", description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=ROWS, help="sample rows (default %(default)s)")
     p.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
     p.add_argument("--warehouse", default=None, help="warehouse root (default $DATAFLOW_WAREHOUSE or ./warehouse)")
@@ -82,7 +82,7 @@ def _run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         step.detail(line)
 
-    step("the pipelines (pipelines/*.py): what, where, when, how")
+    step("the pipelines (dataflow_core/examples/pipelines/*.py, $DATAFLOW_PIPELINES): what, where, when, how")
     for spec in all_pipelines().values():
         for line in spec.describe():
             step.detail(line)

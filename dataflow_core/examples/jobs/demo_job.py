@@ -1,6 +1,6 @@
 """Demo job: sample views -> Great Expectations -> quarantine -> dedup -> windowed counts.
 
-    python -m jobs.demo_job [--rows 20000] [--seed 42] [--window 1h]
+    python -m dataflow_core.examples.jobs.demo_job [--rows 20000] [--seed 42] [--window 1h]
                             [--master local[*]] [--warehouse ./warehouse]
 
 Steps, each printed as it starts: generate the sample into the input table, validate it with
@@ -45,7 +45,7 @@ def parse_window(text: str) -> str:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m jobs.demo_job", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m dataflow_core.examples.jobs.demo_job", description=__doc__.split("\n")[0])
     p.add_argument("--rows", type=int, default=DEFAULT_ROWS,
                    help="sample rows to generate (default %(default)s)")
     p.add_argument("--seed", type=int, default=DEFAULT_SEED,
