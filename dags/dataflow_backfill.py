@@ -98,7 +98,9 @@ def dataflow_backfill() -> None:
     def gate_input(plan: dict[str, Any], **context: Any) -> dict[str, Any]:
         from dataflow_core.airflow.tasks import gate_input_range
 
-        return gate_input_range(plan["pipeline"], plan["start"], plan["end"], context["run_id"])
+        # Busy: a run holding the pipeline kept the gate from writing the quarantine (`gate_input`).
+        return _rescheduled_when_busy(
+            lambda: gate_input_range(plan["pipeline"], plan["start"], plan["end"], context["run_id"]))
 
     @task
     def days_of(plan: dict[str, Any], gate: dict[str, Any]) -> list[str]:

@@ -25,6 +25,11 @@ MAX_BAD_SHARE_ENV = "DATAFLOW_GATE_MAX_BAD_SHARE"
 MAX_DUPLICATE_SHARE_ENV = "DATAFLOW_GATE_MAX_DUPLICATE_SHARE"
 DEFAULT_MAX_BAD_SHARE = 0.02  # a rule broken by more than 2 % of the range's rows fails the gate
 DEFAULT_MAX_DUPLICATE_SHARE = 0.05
+GATE = "gate"
+"""The command the gate holds the pipeline as while it writes the quarantine (`jobs.holding`)."""
+GATE_WAIT_S = 300.0
+"""How long the gate waits, its rows validated, for a working run that holds the pipeline
+(a micro-batch is done well within it) before it is busy."""
 
 
 def input_rules(spec: "PipelineSpec", max_bad_share: float | None = None,
@@ -96,15 +101,22 @@ def gate_input(
     run_id: str,
     docs_dir: str | os.PathLike[str] | None = None,
     now: int | None = None,
+    wait_s: float | None = GATE_WAIT_S,
+    say=lambda _m: None,
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
     `<pipeline>__quarantine` with the reasons the backfill gives them (same row ids, so a
     row is there once). Rows stamped after `now` (ms; default the clock) plus the
-    pipeline's `max_skew` are future-dated."""
+    pipeline's `max_skew` are future-dated. The quarantine is the pipeline's, which its
+    backfills and micro-batches write too: the gate writes it holding the pipeline
+    (`jobs.holding`), after waiting at most `wait_s` seconds (None: not at all) for a working
+    run that holds it (PipelineBusy then; PipelineStuck at once when that run is gone or
+    failed), so that its MERGE never races theirs."""
     import time
 
     from dataflow_core.model.input_rules import ProcessingTime
     from dataflow_core.spark.input.rows import explained, input_columns, quarantined
+    from dataflow_core.spark.jobs.holding import holding
     from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
 
     spec = spec_of(pipeline)
@@ -119,7 +131,8 @@ def gate_input(
         bad = explained(spec, quarantined(frame.drop(*derived))).persist()  # the input's columns: the backfill's row ids
         quarantined_rows = bad.count()
         if quarantined_rows:
-            write_quarantine(spark, spec, bad, run_id)
+            with holding(spark, spec, GATE, say, wait_s):
+                write_quarantine(spark, spec, bad, run_id)
         bad.unpersist()
     finally:
         frame.unpersist()
