@@ -18,7 +18,8 @@ A rejected plan ends the run successfully with nothing applied.
 
 `check_request` makes the checks a schema cannot (end after start, the maximum range, the
 input table exists) without Spark; `gate_input` validates the range's input rows with Great
-Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
+Expectations and quarantines bad rows (holding the pipeline for that write, rescheduled while
+another run holds it); each `backfill_day` runs `dataflow backfill` for one
 day (at most "days at once" of them at a time); `gate_output` checks every stage's pane log
 and results for the windows the days touched; `summary` says in its first line whether the run
 succeeded and how each gate ended (it runs after a failure too), then logs the ledger.

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.quality.outcome import GateOutcome, docs_dir_of, instant_ms, share, spec_of
 from dataflow_core.spark.input.expectations import Rule, RuleSet, load_rules
@@ -102,7 +102,7 @@ def gate_input(
     docs_dir: str | os.PathLike[str] | None = None,
     now: int | None = None,
     wait_s: float | None = GATE_WAIT_S,
-    say=lambda _m: None,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
     `<pipeline>__quarantine` with the reasons the backfill gives them (same row ids, so a

@@ -55,14 +55,22 @@ def _holds(spark, spec: PipelineSpec) -> list[tuple[str, str]]:
     return [(r["status"], (r["holder"] or "microbatch").split(" ")[-1].split("-")[0]) for r in log.collect()]
 
 
-def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_does(spark, tmp_path):
-    """While a backfill works holding the pipeline, maintenance is busy and touches no table,
-    and the Airflow task fails on it (not a skip); once that run failed, the task fails at
-    once, however long it would wait, with the line naming the run. Released, maintenance
-    holds the pipeline for its own work (a `started` record of its run, then `finished`)."""
+def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_does(spark, tmp_path, capsys):
+    """While a backfill works holding the pipeline, maintenance is busy and touches no table
+    (`dataflow maintain` exits 75 with one line), and the Airflow task fails on it (not a
+    skip); once that run failed, the command exits 76 and the task fails at once, however long
+    it would wait, with the line naming the run. Released, maintenance holds the pipeline for
+    its own work (a `started` record of its run, then `finished`)."""
     from airflow.sdk.exceptions import AirflowFailException
 
     from dataflow_core.airflow.maintenance import maintenance_task
+    from dataflow_core.cli import main
+    from dataflow_core.errors import BUSY_EXIT, STUCK_EXIT
+
+    def command() -> tuple[int, list[str]]:
+        capsys.readouterr()
+        code = main(["maintain", "--pipeline", spec.name, "--warehouse", str(tmp_path / "wh")])
+        return code, capsys.readouterr().err.strip().splitlines()
 
     spec = _billing(f"t_maint_hold_{next(_names)}", AccumulationMode.RETRACTING)
     with in_warehouse(spark, tmp_path / "wh"):
@@ -74,7 +82,12 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
         assert "\n" not in str(busy.value)
         with pytest.raises(AirflowFailException, match=f"held by backfill run {other.run.run_id}"):
             maintenance_task(spec.name, wait=None)
+        code, lines = command()
+        assert code == BUSY_EXIT and len(lines) == 1 and lines[0].startswith("dataflow maintain: busy: "), lines
         fail_run(spark, other.run, "ValueError: boom")
+        code, lines = command()
+        assert code == STUCK_EXIT and len(lines) == 1 and lines[0].startswith("dataflow maintain: stuck: "), lines
+        assert f"held by backfill run {other.run.run_id}" in lines[0] and "--abandon" in lines[0], lines
         with pytest.raises(AirflowFailException, match=f"held by backfill run {other.run.run_id}.*which failed at"):
             maintenance_task(spec.name)  # stuck: no wait (the task's is an hour)
         assert _maintained(spark, spec) == []
@@ -150,11 +163,11 @@ def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_pat
 
         [vacuum] = DeltaTable.forPath(spark, table_path(spark, first)).history().where(
             "operation = 'VACUUM START'").collect()
-        assert int(json.loads(vacuum["operationParameters"]["specifiedRetentionMillis"])) > 0
         latest = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch").collect()[-1]
         assert latest["status"] == "started"
         abandon(spark, spec.name, latest["holder"].split(" ")[1], lambda _m: None, force=True)
         assert _contents(spark, tables) == before
+        assert int(json.loads(vacuum["operationParameters"]["specifiedRetentionMillis"])) > 0
 
 
 def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, tmp_path):
