@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from dataflow_core.errors import PipelineBusy, PipelineStuck
+from dataflow_core.errors import DataflowError, PipelineBusy, PipelineStuck
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.model.combiners import SumFn
 from dataflow_core.model.strategy import WindowingStrategy
@@ -25,7 +25,7 @@ from dataflow_core.pipelines import PipelineSpec, StageSpec, layout, register
 from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.maintenance import maintain
-from dataflow_core.spark.platform.tables import read_table, table_exists, table_path, write_table
+from dataflow_core.spark.platform.tables import drop_table, read_table, table_exists, table_path, write_table
 from dataflow_core.spark.sinks.holds import abandon, release, take_hold
 from dataflow_core.spark.sinks.runs import fail_run
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
@@ -173,8 +173,9 @@ def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_pat
 def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, tmp_path):
     """While a run works holding the pipeline, the gate validates its range but does not
     MERGE its refused rows into the pipeline's quarantine (the run may be writing it): busy,
-    after waiting as long as it was told, and the quarantine unchanged. Released, the gate
-    holds the pipeline for its MERGE and releases it."""
+    after waiting as long as it was told, and the quarantine unchanged; stuck once that run
+    failed. Released, the gate holds the pipeline for its MERGE and releases it, also when the
+    MERGE fails (its run then recorded failed): the pipeline is never left held by a gate."""
     from dataflow_core.quality.gates import gate_input
 
     spec = orders_pipeline(f"t_gate_hold_{next(_names)}")
@@ -191,6 +192,14 @@ def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, t
             gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-stuck", docs_dir=tmp_path / "docs",
                        now=DAY0 + 12 * 3600_000)
         release(spark, spec, other.record, None)
+        write_table(spark, spark.range(1), f"{spec.name}__quarantine")  # a layout the MERGE refuses
+        with pytest.raises(DataflowError, match="exists with another layout"):
+            gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-fails", docs_dir=tmp_path / "docs",
+                       now=DAY0 + 12 * 3600_000)
+        assert _holds(spark, spec)[-2:] == [("finished", "gate"), ("started", "gate")]  # failed, and released
+        failed = read_table(spark, "dataflow_runs").where(f"pipeline = '{spec.name}' AND command = 'gate'").collect()
+        assert [r["status"] for r in failed if r["status"] == "failed"] == ["failed"]
+        drop_table(spark, f"{spec.name}__quarantine")
         gate = gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-free", docs_dir=tmp_path / "docs",
                           now=DAY0 + 12 * 3600_000)
         assert gate.quarantined == 1 and reasons(spark, spec) == {"past": "event_time_beyond_skew"}
