@@ -17,14 +17,35 @@ MAINTENANCE_WAIT = "1h"
 """How long a maintenance task waits for a working run that holds its pipeline."""
 
 
+def retention_hours(pipeline: str) -> int:
+    """VACUUM retention: the configured hours, raised to cover the longest allowed lateness of
+    the pipeline's stages plus a day (a late correction may need to look back that far)."""
+    from dataflow_core.airflow import settings
+    from dataflow_core.pipelines import get
+
+    lateness_ms = max(s.strategy.allowed_lateness for s in get(pipeline).stages)
+    needed = int(min(lateness_ms, 10 * 365 * 24 * 3600 * 1000) // 3_600_000) + 24
+    return max(settings.vacuum_retention_hours(), needed)
+
+
+def maintain_in(spark: Any, pipeline: str, say: Say, wait_s: float | None) -> dict[str, Any]:
+    """`spark.jobs.maintenance.maintain` with the deployment's settings, waiting at most
+    `wait_s` seconds (None: not at all) for a working run that holds the pipeline: the task's
+    body and `dataflow maintain`'s."""
+    from dataflow_core.airflow import settings
+    from dataflow_core.cli.waiting import until_free
+    from dataflow_core.spark.jobs.maintenance import maintain as run
+
+    hours, cap = retention_hours(pipeline), settings.results_file_mb() * 2**20
+    return until_free(lambda: run(spark, pipeline, hours, cap, say), wait_s, say)
+
+
 def maintain(pipeline: str, say: Say = log_info, wait: str | None = MAINTENANCE_WAIT) -> dict[str, Any]:
     """Maintain `pipeline` (see the module docstring); PipelineBusy or PipelineStuck when it
     could not take the pipeline within `wait` (None: at once)."""
     from dataflow_core.cli.waiting import wait_seconds
-    from dataflow_core.spark.jobs.maintenance import maintain as run
 
-    spark = spark_session(f"dataflow-maintenance-{pipeline}")
-    return run(spark, pipeline, say, wait_seconds(wait))
+    return maintain_in(spark_session(f"dataflow-maintenance-{pipeline}"), pipeline, say, wait_seconds(wait))
 
 
 def maintenance_task(pipeline: str, wait: str | None = MAINTENANCE_WAIT) -> dict[str, Any]:

@@ -36,9 +36,9 @@ def run(args: argparse.Namespace) -> int:
 
     get(args.pipeline)  # an unknown pipeline fails before Spark starts
     wait_s = wait_seconds(args.wait)
-    from dataflow_core.spark.jobs.maintenance import maintain
+    from dataflow_core.airflow.maintenance import maintain_in
     from dataflow_core.spark.platform.session import get_spark
 
     spark = get_spark(f"dataflow-maintain-{args.pipeline}", master=args.master, warehouse=args.warehouse)
-    maintain(spark, args.pipeline, lambda m: print(f"dataflow maintain: {m}", flush=True), wait_s)
+    maintain_in(spark, args.pipeline, lambda m: print(f"dataflow maintain: {m}", flush=True), wait_s)
     return 0

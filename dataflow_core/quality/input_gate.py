@@ -116,8 +116,8 @@ def gate_input(
 
     from dataflow_core.model.input_rules import ProcessingTime
     from dataflow_core.spark.input.rows import explained, input_columns, quarantined
-    from dataflow_core.spark.jobs.holding import holding
-    from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
+    from dataflow_core.cli.waiting import until_free
+    from dataflow_core.spark.sinks.quarantine import quarantine_table
 
     spec = spec_of(pipeline)
     at = ProcessingTime(int(time.time() * 1000) if now is None else now)
@@ -131,13 +131,21 @@ def gate_input(
         bad = explained(spec, quarantined(frame.drop(*derived))).persist()  # the input's columns: the backfill's row ids
         quarantined_rows = bad.count()
         if quarantined_rows:
-            with holding(spark, spec, GATE, say, wait_s):
-                write_quarantine(spark, spec, bad, run_id)
+            until_free(lambda: _quarantine_held(spark, spec, bad, run_id, say), wait_s, say)
         bad.unpersist()
     finally:
         frame.unpersist()
     notes = (f"range [{_iso(start)}, {_iso(end)}) of table {spec.input_table}",)
     return GateOutcome("input", spec.input_table, report, n, quarantined_rows, quarantine_table(spec), notes)
+
+
+def _quarantine_held(spark: "SparkSession", spec: "PipelineSpec", bad: "DataFrame", run_id: str, say) -> None:
+    """The refused rows MERGEd into the pipeline's quarantine while the gate holds the pipeline."""
+    from dataflow_core.spark.jobs.holding import holding
+    from dataflow_core.spark.sinks.quarantine import write_quarantine
+
+    with holding(spark, spec, GATE, say):
+        write_quarantine(spark, spec, bad, run_id)
 
 
 def _iso(value) -> str:

@@ -78,7 +78,7 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
         assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
         other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
         with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}") as busy:
-            maintain(spark, spec.name)
+            maintain(spark, spec.name, 168, None)
         assert "\n" not in str(busy.value)
         with pytest.raises(AirflowFailException, match=f"held by backfill run {other.run.run_id}"):
             maintenance_task(spec.name, wait=None)
@@ -92,7 +92,7 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
             maintenance_task(spec.name)  # stuck: no wait (the task's is an hour)
         assert _maintained(spark, spec) == []
         release(spark, spec, other.record, None)
-        done = maintain(spark, spec.name)
+        done = maintain(spark, spec.name, 168, None)
         assert set(done["tables"]) >= {spec.stages[0].output, f"{spec.stages[0].output}_panes"}
         assert set(_maintained(spark, spec)) == set(done["tables"]) - {layout.BATCHES}
         assert _holds(spark, spec)[-2:] == [("finished", "maintain"), ("started", "maintain")]
@@ -156,7 +156,7 @@ def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_pat
         first = spec.stages[0].output
         crash(f"maintenance-vacuumed-{first}")
         with pytest.raises(SimulatedCrash):
-            maintain(spark, spec.name, base_hours=0)
+            maintain(spark, spec.name, 0, None)
         crash(None)
         assert "OPTIMIZE" in _operations(spark, first) and "VACUUM END" in _operations(spark, first)
         from delta.tables import DeltaTable

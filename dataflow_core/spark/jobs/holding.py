@@ -4,8 +4,8 @@ MERGE. Unheld, their commits race the live batches' (a conflict turns a micro-ba
 failure or a skip) and an `--abandon`'s RESTORE.
 
 `holding` claims the pipeline as `dataflow reset` and `--reject` do (`sinks.holds.take_hold`:
-busy while another run works holding it, stuck when that run is gone or failed), waiting for
-a working holder at most as long as it is told; while inside, the run beats and every commit
+busy while another run works holding it, stuck when that run is gone or failed; a caller that
+waits for a working holder tries again, `cli.waiting.until_free`); while inside, the run beats and every commit
 it makes to a table of the pipeline checks first that its hold stands (`fenced_commits`;
 commands that bypass `append_rows`/`merge_rows`, such as OPTIMIZE, call `check_hold`
 themselves). Each of these writes is one atomic commit that leaves the tables as true as
@@ -35,14 +35,11 @@ Say = Callable[[str], None]
 
 
 @contextmanager
-def holding(spark: "SparkSession", spec: PipelineSpec, command: str, say: Say = lambda _m: None,
-            wait_s: float | None = None) -> Iterator[Hold]:
+def holding(spark: "SparkSession", spec: PipelineSpec, command: str, say: Say = lambda _m: None) -> Iterator[Hold]:
     """The pipeline held by a run of `command` while inside (see the module docstring):
-    PipelineBusy (before anything is written) when a working run still holds it after
-    `wait_s` seconds (None: at once), PipelineStuck at once when that run is gone or failed."""
-    from dataflow_core.cli.waiting import until_free
-
-    hold = until_free(lambda: take_hold(spark, spec, command, {}, None, say), wait_s, say)
+    PipelineBusy (before anything is written) when a working run holds it, PipelineStuck
+    when that run is gone or failed."""
+    hold = take_hold(spark, spec, command, {}, None, say)
     with Heartbeat(spark, spec.name, hold.run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
         try:
             yield hold

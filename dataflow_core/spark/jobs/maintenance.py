@@ -46,45 +46,36 @@ def maintained_tables(spark: "SparkSession", spec: PipelineSpec) -> list[str]:
     return [t for t in layout.pipeline_tables(spec) if t in present]
 
 
-def retention_hours(spec: PipelineSpec) -> int:
-    """VACUUM retention: the configured hours, raised to cover the longest allowed lateness of
-    the pipeline's stages plus a day (a late correction may need to look back that far)."""
-    from dataflow_core.airflow import settings
-
-    lateness_ms = max(s.strategy.allowed_lateness for s in spec.stages)
-    needed = int(min(lateness_ms, 10 * 365 * 24 * 3600 * 1000) // 3_600_000) + 24
-    return max(settings.vacuum_retention_hours(), needed)
-
-
-def maintain(spark: "SparkSession", pipeline: str, say: Say = lambda _m: None, wait_s: float | None = None,
-             base_hours: float | None = None) -> dict[str, Any]:
+def maintain(spark: "SparkSession", pipeline: str, hours: float, results_file_bytes: int | None,
+             say: Say = lambda _m: None) -> dict[str, Any]:
     """Maintain `pipeline`'s tables holding it (see the module docstring), and the shared
     `dataflow_batches` (two one-row commits per micro-batch, read by every batch): OPTIMIZE
     clusters the state tables by their wake-up columns and the results tables by
-    `window_end`, the latter in files of at most `settings.results_file_mb()`, so that a later
-    MERGE of recent windows rewrites a small file, not one holding all of history.
-    `base_hours`: VACUUM's retention before what the hold needs (default `retention_hours`)."""
+    `window_end`, the latter in files of at most `results_file_bytes` (None: Delta's own
+    size), so that a later MERGE of recent windows rewrites a small file, not one holding all
+    of history. `hours`: VACUUM's retention before what the hold needs. PipelineBusy (before
+    anything is written) while a working run holds the pipeline (callers that wait try again,
+    `cli.waiting.until_free`), PipelineStuck when that run is gone or failed."""
     from dataflow_core.spark.platform.tables import table_exists
 
     spec = get(pipeline)
-    hours = retention_hours(spec) if base_hours is None else base_hours
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    with holding(spark, spec, MAINTAIN, say, wait_s) as hold:
+    with holding(spark, spec, MAINTAIN, say) as hold:
         say(f"run {hold.run.run_id} holds pipeline {spec.name} for maintenance")
         tables = maintained_tables(spark, spec)
         if not tables:
             say(f"pipeline {pipeline}: no output or state tables yet")
         shared = [layout.BATCHES] if table_exists(spark, layout.BATCHES) else []
         for table in tables + shared:
-            done["tables"][table] = _maintain_table(spark, spec, hold, table, hours, say)
+            cap = results_file_bytes if table in {layout.results(s) for s in spec.stages} else None
+            done["tables"][table] = _maintain_table(spark, spec, hold, table, hours, cap, say)
     return done
 
 
 def _maintain_table(spark: "SparkSession", spec: PipelineSpec, hold: Hold, table: str, hours: float,
-                    say: Say) -> dict[str, Any]:
+                    cap: int | None, say: Say) -> dict[str, Any]:
     """One table: expired ids deleted (the seen ids), OPTIMIZE, VACUUM keeping what the hold
     could restore; each command only while the hold stands."""
-    from dataflow_core.airflow import settings
     from dataflow_core.spark.platform.delta import compact
     from dataflow_core.spark.platform.tables import table_path
     from dataflow_core.spark.sinks.seen_ids import expire_seen_ids
@@ -95,7 +86,6 @@ def _maintain_table(spark: "SparkSession", spec: PipelineSpec, hold: Hold, table
         expired = expire_seen_ids(spark, spec)
         entry["expired_rows_deleted"] = expired
         say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-    cap = settings.results_file_mb() * 2**20 if table in {layout.results(s) for s in spec.stages} else None
     check_hold(spark, spec, hold)
     entry["files_removed"], entry["files_added"] = compact(spark, table, cap)
     kept, why = vacuum_hours(spark, table, hold.record.versions.get(table, -1), hours, hold.run.run_id)
