@@ -3,9 +3,9 @@ DAG): forget event ids past the duplicate-detection horizon, OPTIMIZE and VACUUM
 
 It holds the pipeline while it works (`jobs.holding`), as reset does: its OPTIMIZE and its
 DELETE of expired ids would otherwise conflict with a live batch's MERGE (which then fails or
-is skipped), and the RESTORE of an `--abandon` would race them. Held by a working run, it
-waits as long as it is told and is then busy; held by a run that is gone or failed, it stops
-at once (PipelineStuck, naming that run and how to resume or abandon it).
+is skipped), and the RESTORE of an `--abandon` would race them. Held by a working run, it is
+busy (its callers, `airflow.maintenance`, wait a bounded time first); held by a run that is
+gone or failed, it stops at once (PipelineStuck, naming that run and how to resume or abandon it).
 
 VACUUM keeps what an `--abandon` could restore: the standing hold's versions of each table
 (its own, while it holds the pipeline; a killed maintenance resumed days later still has the
