@@ -18,7 +18,8 @@ A rejected plan ends the run successfully with nothing applied.
 
 `check_request` makes the checks a schema cannot (end after start, the maximum range, the
 input table exists) without Spark; `gate_input` validates the range's input rows with Great
-Expectations and quarantines bad rows; each `backfill_day` runs `dataflow backfill` for one
+Expectations and quarantines bad rows (holding the pipeline for that write, rescheduled while
+another run holds it); each `backfill_day` runs `dataflow backfill` for one
 day (at most "days at once" of them at a time); `gate_output` checks every stage's pane log
 and results for the windows the days touched; `summary` says in its first line whether the run
 succeeded and how each gate ended (it runs after a failure too), then logs the ledger.
@@ -98,7 +99,9 @@ def dataflow_backfill() -> None:
     def gate_input(plan: dict[str, Any], **context: Any) -> dict[str, Any]:
         from dataflow_core.airflow.tasks import gate_input_range
 
-        return gate_input_range(plan["pipeline"], plan["start"], plan["end"], context["run_id"])
+        # Busy: a run holding the pipeline kept the gate from writing the quarantine (`gate_input`).
+        return _rescheduled_when_busy(
+            lambda: gate_input_range(plan["pipeline"], plan["start"], plan["end"], context["run_id"]))
 
     @task
     def days_of(plan: dict[str, Any], gate: dict[str, Any]) -> list[str]:

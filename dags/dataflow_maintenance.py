@@ -5,7 +5,13 @@ forget event ids past the micro-batches' duplicate-detection horizon
 (`<pipeline>__seen_ids`, see dataflow_core/spark/microbatch.py), `OPTIMIZE` (compact small files) and `VACUUM` every output and
 state table. VACUUM keeps `$DATAFLOW_VACUUM_RETENTION_HOURS` (168) of time travel, raised to
 the pipeline's longest allowed lateness plus a day, so a late correction can still read
-the versions it needs. Created paused.
+the versions it needs, and longer where an `--abandon` of the run holding the pipeline could
+restore an older version. Each task holds its pipeline while it works, as `dataflow reset`
+does (a live micro-batch due meanwhile is busy, skipped, instead of failing on a conflict with
+OPTIMIZE, and runs at its next turn); it waits up to
+an hour for a run working on the pipeline, and fails (never skips) when the pipeline stays
+held or its holder is gone or failed, with the line naming that run. `dataflow maintain
+--pipeline P` does the same from the command line. Created paused.
 """
 
 from __future__ import annotations
@@ -35,9 +41,9 @@ def dataflow_maintenance() -> None:
 
         @task(task_id=f"maintain__{name}", max_active_tis_per_dag=1)
         def maintain(pipeline: str = name) -> dict[str, Any]:
-            from dataflow_core.airflow.maintenance import maintain as run
+            from dataflow_core.airflow.maintenance import maintenance_task
 
-            return run(pipeline)
+            return maintenance_task(pipeline)
 
         maintain()
 

@@ -1,23 +1,20 @@
-"""The maintenance DAG's task body: OPTIMIZE and VACUUM a pipeline's tables, and forget
-event ids past the duplicate-detection horizon.
+"""The maintenance DAG's task body: `spark.jobs.maintenance` (OPTIMIZE and VACUUM a
+pipeline's tables, forget event ids past the duplicate-detection horizon, all holding the
+pipeline) in the task's Spark session. A task that cannot run fails, never skips: a pipeline
+held by a run that is gone or failed fails it at once with the line naming that run and the
+commands that resume and abandon it; one held by a working run is waited for (at most
+`MAINTENANCE_WAIT`), then fails with the busy line.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from dataflow_core.airflow.tasks import Say, log_info, spark_session
 
-
-def pipeline_tables(spark, pipeline: str) -> list[str]:
-    """The pipeline's own tables that exist, by their list (`layout.pipeline_tables`: results,
-    pane logs, live state, plans, quarantines, seen ids), never by a name prefix: maintaining
-    `billing` leaves `billing_eu`'s tables alone."""
-    from dataflow_core.pipelines import get, layout
-    from dataflow_core.spark.platform.tables import list_tables
-
-    present = set(list_tables(spark))
-    return [t for t in layout.pipeline_tables(get(pipeline)) if t in present]
+MAINTENANCE_WAIT = "1h"
+"""How long a maintenance task waits for a working run that holds its pipeline."""
 
 
 def retention_hours(pipeline: str) -> int:
@@ -31,45 +28,35 @@ def retention_hours(pipeline: str) -> int:
     return max(settings.vacuum_retention_hours(), needed)
 
 
-def maintain(pipeline: str, say: Say = log_info) -> dict[str, Any]:
-    """OPTIMIZE and VACUUM the pipeline's tables (and the micro-batches' `dataflow_batches`;
-    OPTIMIZE clusters the state tables by their wake-up columns and the results tables by
-    `window_end`, the latter in files of at most `settings.results_file_mb()`, so that a
-    later MERGE of recent windows rewrites a small file, not one holding all of history);
-    forget event ids past the micro-batches' duplicate-detection horizon
-    (`<pipeline>__seen_ids`)."""
-    from delta.tables import DeltaTable
-
+def maintain_in(spark: Any, pipeline: str, say: Say, wait_s: float | None) -> dict[str, Any]:
+    """`spark.jobs.maintenance.maintain` with the deployment's settings, waiting at most
+    `wait_s` seconds (None: not at all) for a working run that holds the pipeline: the task's
+    body and `dataflow maintain`'s."""
     from dataflow_core.airflow import settings
-    from dataflow_core.pipelines import get, layout
-    from dataflow_core.spark.platform.delta import compact
-    from dataflow_core.spark.platform.tables import table_exists, table_path
-    from dataflow_core.spark.sinks.seen_ids import expire_seen_ids
+    from dataflow_core.cli.waiting import until_free
+    from dataflow_core.spark.jobs.maintenance import maintain as run
 
-    spark = spark_session(f"dataflow-maintenance-{pipeline}")
-    hours = retention_hours(pipeline)
-    if hours < 168:
-        spark.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
-    done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    spec = get(pipeline)
-    results = {layout.results(s) for s in spec.stages}
-    results_file_bytes = settings.results_file_mb() * 2**20
-    # dataflow_batches gets two one-row commits per micro-batch, and every batch reads it.
-    shared = [layout.BATCHES] if table_exists(spark, layout.BATCHES) else []
-    tables = pipeline_tables(spark, pipeline)
-    if not tables:
-        say(f"pipeline {pipeline}: no output or state tables yet")
-    for table in tables + shared:
-        entry: dict[str, Any] = {}
-        if table == layout.seen_ids(spec):
-            expired = expire_seen_ids(spark, spec)
-            entry["expired_rows_deleted"] = expired
-            say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-        cap = results_file_bytes if table in results else None
-        entry["files_removed"], entry["files_added"] = compact(spark, table, cap)
-        DeltaTable.forPath(spark, table_path(spark, table)).vacuum(hours)
-        capped = f" of at most {cap // 2**20} MiB" if cap else ""
-        say(f"{table}: OPTIMIZE compacted {entry['files_removed']} file(s) into {entry['files_added']}{capped}; "
-            f"VACUUM kept {hours} h of time travel")
-        done["tables"][table] = entry
-    return done
+    hours, cap = retention_hours(pipeline), settings.results_file_mb() * 2**20
+    return until_free(lambda: run(spark, pipeline, hours, cap, say), wait_s, say)
+
+
+def maintain(pipeline: str, say: Say = log_info, wait: str | None = MAINTENANCE_WAIT) -> dict[str, Any]:
+    """Maintain `pipeline` (see the module docstring); PipelineBusy or PipelineStuck when it
+    could not take the pipeline within `wait` (None: at once)."""
+    from dataflow_core.cli.waiting import wait_seconds
+
+    return maintain_in(spark_session(f"dataflow-maintenance-{pipeline}"), pipeline, say, wait_seconds(wait))
+
+
+def maintenance_task(pipeline: str, wait: str | None = MAINTENANCE_WAIT) -> dict[str, Any]:
+    """The DAG's task: `maintain`, a DataflowError (busy and stuck included) failing the task
+    without retries, with its one line."""
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from dataflow_core.errors import DataflowError
+
+    try:
+        return maintain(pipeline, wait=wait)
+    except DataflowError as exc:
+        logging.getLogger("dataflow").error(f"FAILED: {exc}")
+        raise AirflowFailException(str(exc)) from None

@@ -162,7 +162,7 @@ def gate_input_range(pipeline: str, start: str, end: str, run_id: str, say: Say 
     from dataflow_core.quality.gates import gate_input
 
     spark = spark_session(f"dataflow-gate-input-{pipeline}")
-    outcome = gate_input(spark, pipeline, start, end, run_id)
+    outcome = gate_input(spark, pipeline, start, end, run_id, say=say)
     for line in outcome.lines():
         say(line)
     _say_docs_link(outcome.report.docs_index, say)

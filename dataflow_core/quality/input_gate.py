@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.quality.outcome import GateOutcome, docs_dir_of, instant_ms, share, spec_of
 from dataflow_core.spark.input.expectations import Rule, RuleSet, load_rules
@@ -23,6 +23,11 @@ if TYPE_CHECKING:
 INPUT_SUITE = "dataflow_input"
 MAX_BAD_SHARE_ENV = "DATAFLOW_GATE_MAX_BAD_SHARE"
 DEFAULT_MAX_BAD_SHARE = 0.02  # a rule broken by more than 2 % of the range's rows fails the gate
+GATE = "gate"
+"""The command the gate holds the pipeline as while it writes the quarantine (`jobs.holding`)."""
+GATE_WAIT_S = 300.0
+"""How long the gate waits, its rows validated, for a working run that holds the pipeline
+(a micro-batch is done well within it) before it is busy."""
 
 
 def input_rules(spec: "PipelineSpec", max_bad_share: float | None = None,
@@ -94,16 +99,23 @@ def gate_input(
     run_id: str,
     docs_dir: str | os.PathLike[str] | None = None,
     now: int | None = None,
+    wait_s: float | None = GATE_WAIT_S,
+    say: Callable[[str], None] = lambda _m: None,
 ) -> GateOutcome:
     """Validate the input rows of [start, end); quarantine rows breaking a row rule into
     `<pipeline>__quarantine` with the reasons the backfill gives them (same row ids, so a
     row is there once). Rows stamped after `now` (ms; default the clock) plus the
-    pipeline's `max_skew` are future-dated."""
+    pipeline's `max_skew` are future-dated. The quarantine is the pipeline's, which its
+    backfills and micro-batches write too: the gate writes it holding the pipeline
+    (`jobs.holding`), after waiting at most `wait_s` seconds (None: not at all) for a working
+    run that holds it (PipelineBusy then; PipelineStuck at once when that run is gone or
+    failed), so that its MERGE never races theirs."""
     import time
 
     from dataflow_core.model.input_rules import ProcessingTime
     from dataflow_core.spark.input.rows import explained, input_columns, quarantined
-    from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine
+    from dataflow_core.cli.waiting import until_free
+    from dataflow_core.spark.sinks.quarantine import quarantine_table
 
     spec = spec_of(pipeline)
     at = ProcessingTime(int(time.time() * 1000) if now is None else now)
@@ -117,12 +129,21 @@ def gate_input(
         bad = explained(spec, quarantined(frame.drop(*derived))).persist()  # the input's columns: the backfill's row ids
         quarantined_rows = bad.count()
         if quarantined_rows:
-            write_quarantine(spark, spec, bad, run_id)
+            until_free(lambda: _quarantine_held(spark, spec, bad, run_id, say), wait_s, say)
         bad.unpersist()
     finally:
         frame.unpersist()
     notes = (f"range [{_iso(start)}, {_iso(end)}) of table {spec.input_table}",)
     return GateOutcome("input", spec.input_table, report, n, quarantined_rows, quarantine_table(spec), notes)
+
+
+def _quarantine_held(spark: "SparkSession", spec: "PipelineSpec", bad: "DataFrame", run_id: str, say) -> None:
+    """The refused rows MERGEd into the pipeline's quarantine while the gate holds the pipeline."""
+    from dataflow_core.spark.jobs.holding import holding
+    from dataflow_core.spark.sinks.quarantine import write_quarantine
+
+    with holding(spark, spec, GATE, say):
+        write_quarantine(spark, spec, bad, run_id)
 
 
 def _iso(value) -> str:

@@ -197,6 +197,10 @@ def resume_command(pipeline: str, run_id: str, command: str, args: str, planned:
         return f"dataflow reset --pipeline {pipeline}{more}"
     if command == "reject":
         return f"dataflow backfill --pipeline {pipeline} --reject {given.get('plan')}"
+    if command == "maintain":
+        return f"dataflow maintain --pipeline {pipeline}"
+    if command == "gate":  # its one write, quarantined rows, is undone by abandoning it: the gate quarantines them again
+        return f"dataflow backfill --pipeline {pipeline} --abandon {run_id}"
     if planned:
         return f"dataflow backfill --pipeline {pipeline} --apply {run_id}"
     text = f"dataflow backfill --pipeline {pipeline} --start {given.get('start')} --end {given.get('end')}"
