@@ -117,7 +117,7 @@ def _decide(spark, args: argparse.Namespace, decision: str, wait_s: float | None
     from dataflow_core.cli.waiting import until_free
 
     if decision == "abandon":
-        from dataflow_core.spark.sinks.holds import abandon
+        from dataflow_core.spark.sinks.fencing import abandon
 
         abandon(spark, args.pipeline, args.abandon, say, force=args.force)
         return 0

@@ -24,7 +24,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Delta MERGE, each write idempotent per batch. A run that finds another run of the "
             f"pipeline holding it exits with status {BUSY_EXIT} while that run works, and with status "
             f"{STUCK_EXIT} (a --loop too) when it is gone or failed, the line naming the commands that resume "
-            "and abandon it."
+            "and abandon it. A --loop holds the pipeline's loop lock while it runs: another loop, or a reset, "
+            f"exits with status {BUSY_EXIT} naming it; a loop that lost it (taken over after it sent no heartbeat "
+            "for $DATAFLOW_LOOP_LOCK_TIMEOUT seconds, 30 by default, or deleted) stops with status 2 before its "
+            "next batch."
         ),
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")

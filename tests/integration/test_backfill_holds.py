@@ -38,7 +38,7 @@ from dataflow_core.spark.jobs.microbatch import run_loop, run_microbatch
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.platform.tables import read_table, table_exists
 from dataflow_core.spark.sinks.batches import records
-from dataflow_core.spark.sinks.lease import fresh_lease
+from dataflow_core.spark.sinks.loop_lock import lock_holder
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
 from tests.integration.test_backfill_live import _delete, _tables
 from tests.integration.test_backfill_live_processes import dataflow_process
@@ -226,8 +226,8 @@ def test_a_poison_row_in_a_backfills_range_is_undone_with_the_documented_command
 
 
 def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the_live_clock(spark, tmp_path):
-    """A `--loop` holds a lease with a heartbeat: `dataflow reset` beside it is refused with
-    one line and deletes nothing; once the loop stops, its lease goes with it and reset runs.
+    """A `--loop` holds the pipeline's lock: `dataflow reset` beside it is refused with one
+    line naming it and deletes nothing; once the loop stops, its lock goes with it and reset runs.
     A backfill whose --now is before the loop's last batch is refused before it reads."""
     spec = _billing(f"t_lease_{time.time_ns() % 10**6}", AccumulationMode.ACCUMULATING)
     rows = to_rows(VIEWS)
@@ -242,14 +242,15 @@ def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the
             deadline = time.monotonic() + 600  # a bound only: the loop ends when both have ended
             while not results and time.monotonic() < deadline:
                 time.sleep(0.2)
-            assert results and fresh_lease(spark, spec.name) is not None
-            with pytest.raises(PipelineBusy, match="running as a loop") as refused:
+            assert results and lock_holder(spark, spec.name) is not None
+            with pytest.raises(PipelineBusy, match=rf"is locked by `dataflow microbatch --loop` \(pid {os.getpid()} ") \
+                    as refused:
                 reset_pipeline(spark, spec.name)
             assert "\n" not in str(refused.value)
         finally:
             stop.set()
             loop.join(timeout=120)
-        assert not loop.is_alive() and fresh_lease(spark, spec.name) is None
+        assert not loop.is_alive() and lock_holder(spark, spec.name) is None
         assert table_exists(spark, f"{spec.name}__seen_ids")  # nothing deleted while the loop ran
         with pytest.raises(DataflowError, match="before the processing time of the pipeline's last batch"):
             run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0))

@@ -236,7 +236,7 @@ def test_a_backfill_whose_pinned_input_version_is_gone_says_so_and_is_abandoned_
     naming the run, the version and the way out; `--abandon` (as the line says) restores the
     pipeline's tables and releases it, and the next run leaves the tables of an uninterrupted
     twin over the input as it now stands."""
-    from dataflow_core.spark.sinks.holds import abandon
+    from dataflow_core.spark.sinks.fencing import abandon
 
     rows, twin, spec = _first_backfill_twins(spark, "t_gone")
     stage = spec.stages[0]

@@ -51,9 +51,8 @@ from dataflow_core.spark.platform.delta import gone_cause
 from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
 from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
-from dataflow_core.spark.sinks.holds import (
-    Hold, check_hold, fenced_commits, planned_from, release, release_finished, take_hold,
-)
+from dataflow_core.spark.sinks.fencing import check_hold, fenced_commits
+from dataflow_core.spark.sinks.holds import Hold, planned_from, release, release_finished, take_hold
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
     APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,

@@ -37,12 +37,13 @@ class Stream:
     """The pipeline's streaming query over its input table (Structured Streaming's Delta
     source, `foreachBatch`), each of its batches a micro-batch (`live_sequencer.run_batch`) at `clock()`. Its
     checkpoint refuses a second concurrent query: that run is PipelineBusy. `lock` keeps a
-    stream batch and a tick of the loop from running at once."""
+    stream batch and a tick of the loop from running at once; `before_batch` raises to stop
+    a batch before it claims anything (a loop that lost its lock)."""
 
     def __init__(self, spark, spec: PipelineSpec, say, token: str, clock: Callable[[], Instant], done: Callable,
-                 first_read: FirstRead | None = None):
+                 first_read: FirstRead | None = None, before_batch: Callable[[], None] = lambda: None):
         self.spark, self.spec, self.say, self.token, self.clock, self.done = spark, spec, say, token, clock, done
-        self.first_read = first_read
+        self.first_read, self.before_batch = first_read, before_batch
         self.batches = 0
         self.id: str | None = None
         self.failures: list[BaseException] = []
@@ -62,6 +63,7 @@ class Stream:
                 raise _Halted()
             self.batches += 1
             try:
+                self.before_batch()  # a loop's lock still held (`sinks.loop_lock`), else it stops here
                 result = run_batch(self.spark, self.spec, df, stream_batch, self.clock(), self.say, self.token, self.id)
             except BaseException as exc:  # re-raised by `finish` as itself, not as a stream error
                 if is_concurrent(exc) and not isinstance(exc, PipelineBusy):

@@ -35,7 +35,7 @@ from dataflow_core.spark.platform.delta import settings_unless_configured
 from dataflow_core.spark.platform.session import MICRO_BATCH_SQL, warehouse_root
 from dataflow_core.spark.sinks.batches import records
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
-from dataflow_core.spark.sinks.lease import Lease
+from dataflow_core.spark.sinks.loop_lock import LoopLock
 from dataflow_core.spark.sinks.runs import Ledger, RunResult
 
 if TYPE_CHECKING:
@@ -151,18 +151,23 @@ def _loop(spark, pipeline: str, every_s: float, progress, on_result, stop, first
         report(_result(spec, [done]))
 
     python_workers.warm(spark)
-    with Lease(spark, spec.name):  # `dataflow reset` refuses while the loop runs
-        _loop_batches(spark, spec, every_s, say, handle, stop, clock, first_read)
+    refused = "this loop did not start (one loop per pipeline): stop that one first"
+    with LoopLock(spark, spec.name, "microbatch --loop", refused, say) as lock:  # `dataflow reset` refuses meanwhile
+        _loop_batches(spark, spec, every_s, say, handle, stop, clock, first_read, lock)
 
 
-def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, clock, first_read) -> None:
-    """`_loop`'s batches, until `stop` is set."""
+def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, clock, first_read,
+                  lock: LoopLock) -> None:
+    """`_loop`'s batches, until `stop` is set; each checks first that the loop still holds
+    its lock (LockLost, never retried: another writer owns the pipeline now)."""
     while not stop.is_set():
         token = uuid.uuid4().hex
         try:
+            lock.check()
             _record(handle, before_input(spark, spec, clock(), say, token))
-            stream = Stream(spark, spec, say, token, clock, handle, first_read)
+            stream = Stream(spark, spec, say, token, clock, handle, first_read, before_batch=lock.check)
             query = stream.start({"processingTime": f"{round(every_s * 1000)} milliseconds"})
+            lock.on_lost = lambda: stream.halt(query)  # no stream batch planned once the lock is gone
             try:
                 seen = 0
                 while query.isActive and not stop.wait(every_s):
@@ -170,6 +175,7 @@ def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, 
                         continue  # the stream is reading or planning a batch: no tick before it
                     with stream.lock:
                         if stream.batches == seen and not stream.failures:
+                            lock.check()
                             _record(handle, run_batch(spark, spec, None, None, clock(), say, token, stream.id))
                         seen = stream.batches
             finally:

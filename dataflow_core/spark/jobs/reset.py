@@ -9,7 +9,9 @@ the old one. The next micro-batch reads the input from the start, as a new pipel
 
 A reset holds the pipeline from before it deletes anything until its `reset` row (a run of
 its own, `reset`, claimed as a backfill claims it): nothing else writes meanwhile, and a
-reset that stops midway is finished by the same command (or abandoned).
+reset that stops midway is finished by the same command (or abandoned). It also takes the
+loop's lock (`sinks.loop_lock`) for as long as it works: refused while a `--loop` holds it,
+and a loop that lost it to the reset stops before its next batch.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holde
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.holders import Heartbeat, forget_beat
 from dataflow_core.spark.sinks.holds import take_hold
-from dataflow_core.spark.sinks.lease import fresh_lease
+from dataflow_core.spark.sinks.loop_lock import LoopLock
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.runs import Ledger, fail_run, finish_run
@@ -43,12 +45,13 @@ def reset_pipeline(
     PipelineStuck when the run holding it is gone or failed."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
-    lease = fresh_lease(spark, spec.name)
-    if lease is not None:
-        raise PipelineBusy(
-            f"pipeline {spec.name!r} is running as a loop (`dataflow microbatch --loop`, pid {lease['pid']} on "
-            f"{lease['host']}, heartbeat {lease['age']:.0f} s ago); stop it first; reset refused, nothing deleted"
-        )
+    # the loop's lock (`sinks.loop_lock`): refused while a loop runs, and none starts until the reset is done
+    with LoopLock(spark, spec.name, "reset", "stop it first; reset refused, nothing deleted", say):
+        return _reset(spark, spec, drop_outputs, say, abandon)
+
+
+def _reset(spark: "SparkSession", spec: PipelineSpec, drop_outputs: bool, say: Callable[[str], None],
+           abandon: int | None) -> list[str]:
     known = records(spark, spec)
     abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
     if known and known[0]["status"] == "started" and holder_of(known[0]) == MICROBATCH and not abandoned:

@@ -12,11 +12,13 @@ Each write gets a session of its own, a clone of the caller's (its settings, reg
 tables), since Delta takes a MERGE's idempotent key (`txnAppId`/`txnVersion`) and the
 query settings a write scopes (`delta.session_settings`) from the session: two writes
 sharing one would see each other's. A thread of its own inherits the caller's Spark local
-properties (a stream's job group and description), as PySpark's `InheritableThread` does.
+properties (a stream's job group and description), as PySpark's `InheritableThread` does,
+and the caller's context variables (the fence of the run it writes for).
 """
 
 from __future__ import annotations
 
+import contextvars
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
@@ -52,7 +54,8 @@ class Writes:
         self._spark = spark
         self._sessions = [_clone(spark) for _ in writes]
         self._futures: list[Future] = [Future() for _ in writes]
-        self._threads = [InheritableThread(target=_run, args=args, daemon=True)
+        # each in a copy of the caller's context: its run's commit checks (`delta.checked_commits`) go along
+        self._threads = [InheritableThread(target=contextvars.copy_context().run, args=(_run, *args), daemon=True)
                          for args in zip(writes, self._sessions, self._futures)]
         for thread in self._threads:
             thread.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Callable, ContextManager, Iterator, Sequence
 
 from dataflow_core.spark.platform import driver_delta
@@ -50,23 +51,27 @@ def settings_unless_configured(spark: "SparkSession", settings: dict[str, str]) 
     return session_settings(spark, unless_configured(spark, settings))
 
 
-_COMMIT_CHECKS: list[Callable[[str], None]] = []
+_COMMIT_CHECKS: ContextVar[tuple[Callable[[str], None], ...]] = ContextVar("dataflow_commit_checks", default=())
+"""The checks of the run in whose context a commit is made: a context variable, so that one
+run's fence never checks another's commits in the same process (a test's threads, an Airflow
+worker's), while the writes a run starts in threads of their own carry its context along
+(`concurrent_writes` runs each in a copy of the caller's)."""
 
 
 @contextmanager
 def checked_commits(check: Callable[[str], None]) -> Iterator[None]:
-    """While inside, `check(table name)` runs before each commit this process makes through
-    `append_rows` or `merge_rows` (and raises to stop it): a held run's fence
-    (`sinks.holds.fenced_commits`)."""
-    _COMMIT_CHECKS.append(check)
+    """While inside, `check(table name)` runs before each commit made through `append_rows`
+    or `merge_rows` in this context (this thread, and the writes it starts; see
+    `_COMMIT_CHECKS`), and raises to stop it: a held run's fence (`sinks.holds.fenced_commits`)."""
+    token = _COMMIT_CHECKS.set((*_COMMIT_CHECKS.get(), check))
     try:
         yield
     finally:
-        _COMMIT_CHECKS.remove(check)
+        _COMMIT_CHECKS.reset(token)
 
 
 def _before_commit(name: str) -> None:
-    for check in tuple(_COMMIT_CHECKS):
+    for check in _COMMIT_CHECKS.get():
         check(name)
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from dataflow_core.spark.sinks.lease import delete_file, read_text, write_text
+from dataflow_core.spark.sinks.files import delete_file, read_text, write_text
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -127,6 +127,20 @@ def gone(owner: Owner | None, beat_at: float | None, failed: tuple[float, str] |
     return None
 
 
+def lapsed(owner: Owner, beat_at: float | None, now: float, timeout_s: float) -> str | None:
+    """Why a lease-like claim of `owner` (the loop's lock, `sinks.loop_lock`) has ended, in
+    words (None: it stands): its process is gone (seen on its own machine), or it sent no
+    heartbeat (`beat_at`; none: since it took the claim) for more than `timeout_s`. Unlike
+    `gone`, a silent process on this machine lapses too: a loop stopped or paused that long
+    lets another take over, and finds on waking that it lost the claim (it stops)."""
+    if on_this_machine(owner) and not _process_alive(owner.pid, owner.started):
+        return f"is gone (its process, {owner.describe()}, no longer runs)"
+    last = beat_at if beat_at is not None else owner.since
+    if now - last > timeout_s:
+        return f"sent no heartbeat for {now - last:.0f} s (more than {timeout_s:g} s: stopped, paused or cut off)"
+    return None
+
+
 def _when(at: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
 
@@ -170,8 +184,8 @@ def forget_beat(spark: "SparkSession", pipeline: str, run_id: str) -> None:
 class Heartbeat:
     """While a run works (`with`): its heartbeat rewritten every HEARTBEAT_S by a thread."""
 
-    def __init__(self, spark: "SparkSession", pipeline: str, run_id: str, owner: Owner):
-        self.spark, self.pipeline, self.run_id, self.owner = spark, pipeline, run_id, owner
+    def __init__(self, spark: "SparkSession", pipeline: str, run_id: str, owner: Owner, every_s: float = HEARTBEAT_S):
+        self.spark, self.pipeline, self.run_id, self.owner, self.every_s = spark, pipeline, run_id, owner, every_s
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"hold-{run_id}", daemon=True)
 
@@ -182,8 +196,12 @@ class Heartbeat:
 
     def __exit__(self, *_exc: object) -> None:
         self._stop.set()
-        self._thread.join(timeout=HEARTBEAT_S * 2)
+        self._thread.join(timeout=self.every_s * 2)
 
     def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
+        while not self._stop.wait(self.every_s):
             beat(self.spark, self.pipeline, self.run_id, self.owner)
+            self.after_beat()
+
+    def after_beat(self) -> None:
+        """What a subclass checks after each beat (the loop's lock: whether it still holds it)."""

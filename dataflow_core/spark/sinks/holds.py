@@ -21,27 +21,23 @@ finished but was not released yet (killed in between) is released by whoever fin
 A hold names its owner and beats while its run works (`sinks.holders`): a command that finds
 the pipeline held by a run that is gone or failed stops at once (PipelineStuck) with one line
 naming the run, what happened to it and when, and the commands that resume and abandon it;
-only a working holder makes it busy. Every commit of a held run is fenced: it checks that the
-hold stands first (`fenced_commits`), and an abandon marks the run's idempotent keys in every
-table as spent before it restores them, so a commit under way when the run was abandoned
-is refused by Delta itself (`_fence_keys`).
+only a working holder makes it busy. Every commit of a held run is fenced, and an operator
+can abandon a run that fails on every re-run: both in `sinks.fencing`.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from dataflow_core.errors import DataflowError, PipelineBusy, PipelineStuck, first_line, is_concurrent
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
 from dataflow_core.spark.sinks.batches import (
-    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, log_version, next_batch,
-    read_log,
+    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, next_batch, read_log,
 )
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
 from dataflow_core.spark.sinks.holders import Owner, beat, forget_beat, gone, last_beat, this_owner
@@ -49,7 +45,7 @@ from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
 from dataflow_core.spark.sinks.runs import (
-    FINISHED, PLANNED, RUNS_SCHEMA, RUNS_TABLE, WATERMARKS_SCHEMA, WATERMARKS_TABLE, Ledger, Run, args_text, fail_run,
+    FINISHED, PLANNED, RUNS_SCHEMA, RUNS_TABLE, WATERMARKS_SCHEMA, WATERMARKS_TABLE, Ledger, Run, args_text,
     last_failure, new_run, plan_state, record_started, resume_command, run_status,
 )
 from dataflow_core.spark.sinks.seen_ids import seen_table
@@ -149,7 +145,7 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         )
     note = json.loads(latest["reason"] or "{}")
     run_id = holder[len(BACKFILL_HOLDER):]
-    rec = _record_of(latest)
+    rec = record_of(latest)
     if release_if_finished(spark, spec, latest):
         say(f"run {run_id} had finished without releasing pipeline {spec.name}; released it")
         return None
@@ -157,7 +153,7 @@ def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, 
         if note.get("owner") and holder_gone(spark, spec, latest) is None:  # two writers of one run: never
             raise PipelineBusy(
                 f"pipeline {spec.name!r} is held by {command} run {run_id} ({_describe(note)}) with these arguments, "
-                f"which is still working ({_owner_of(spark, spec, latest)}); this run stopped before reading: wait "
+                f"which is still working ({owner_words(spark, spec, latest)}); this run stopped before reading: wait "
                 "for it (--wait)")
         run = Run(run_id, spec.name, command, text, int(note["now"]), resumed=True)
         owner = this_owner()
@@ -283,7 +279,7 @@ def _hold_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: 
     )
 
 
-def _record_of(row: dict) -> BatchRecord:
+def record_of(row: dict) -> BatchRecord:
     return BatchRecord(
         batch=row["batch"], stream_batch=None, now=row["now_ms"], versions=json.loads(row["versions"] or "{}"),
         attempt=row["attempt"] or 0, token=row["run_token"], stream_id=None,
@@ -301,7 +297,7 @@ def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict)
     run_id = holder[len(BACKFILL_HOLDER):]
     if run_status(spark, run_id) != FINISHED:
         return False
-    release_finished(spark, spec, _record_of(latest), run_id, spec.stages, None)
+    release_finished(spark, spec, record_of(latest), run_id, spec.stages, None)
     return True
 
 
@@ -322,20 +318,6 @@ def release_finished(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord
                 raise
 
 
-def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
-    """Stop a run whose hold no longer stands (an operator abandoned it) before it writes
-    again: its tables were restored, and what it would write next belongs to no history."""
-    version = log_version(spark)
-    if version == hold.record.fenced_at:
-        return
-    latest = (read_log(spark, spec).records or [None])[0]  # of this version or a later one
-    if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
-        raise PipelineBusy(
-            f"pipeline {spec.name!r}: run {hold.run.run_id} no longer holds it (abandoned); it stopped writing"
-        )
-    hold.record.fenced_at = version
-
-
 def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger: Ledger | None) -> None:
     """The run is done (recorded finished or failed first): its batch finishes, leaving the
     live clock where it was; its heartbeat goes."""
@@ -344,109 +326,10 @@ def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger:
         forget_beat(spark, spec.name, rec.holder[len(BACKFILL_HOLDER):])
 
 
-@contextmanager
-def fenced_commits(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> Iterator[None]:
-    """While inside, every commit this process makes to a table of the pipeline checks first
-    that `hold` stands (`check_hold`), as a micro-batch's commits check their claim: a run
-    abandoned while it works writes nothing more."""
-    from dataflow_core.spark.platform.delta import checked_commits
-
-    tables = set(pipeline_tables(spec))
-
-    def check(name: str) -> None:
-        if name in tables:
-            check_hold(spark, spec, hold)
-
-    with checked_commits(check):
-        yield
-
-
-def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[str], None],
-            force: bool = False) -> list[str]:
-    """The operator's way out of a backfill that fails on every re-run (a poison row, a key
-    too big for a worker): every table of the pipeline goes back to the version its hold
-    found (Delta's RESTORE; nothing else wrote them since), the run is recorded failed and
-    the hold released, so micro-batches carry on as if it never ran. Refused for a run that
-    does not hold the pipeline, and for one still working unless `force`: then its
-    idempotent keys are spent in every table first (`_fence_keys`), so that no commit of it
-    lands after the RESTORE, and it stops at its next commit (`fenced_commits`). Returns the
-    tables restored."""
-    from dataflow_core.pipelines import get
-
-    spec = get(pipeline)
-    ensure_control_tables(spark)
-    latest = (read_log(spark, spec).records or [None])[0]
-    if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_HOLDER + run_id:
-        what = "nothing" if not latest or latest["status"] != "started" else holder_of(latest)
-        raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not hold it ({what} does); nothing abandoned")
-    what = holder_gone(spark, spec, latest)
-    if what is None and not force:
-        raise DataflowError(
-            f"pipeline {spec.name!r}: run {run_id} is still working ({_owner_of(spark, spec, latest)}); abandoning it "
-            "now would restore its tables under it, so nothing was abandoned: stop it first (the same command "
-            "resumes it later), or abandon it anyway with --force (its commits from then on are refused)")
-    rec = _record_of(latest)
-    note = json.loads(latest["reason"] or "{}")
-    if what is None:
-        say(f"run {run_id} is still working (--force): its commits are fenced before its tables are restored")
-    _fence_keys(spark, spec, run_id)  # also for a run taken for gone from another machine, which may be wrong
-    restored = [name for name in pipeline_tables(spec) if _restore(spark, name, rec.versions.get(name, -1))]
-    run = Run(run_id, spec.name, note.get("command", "backfill"), note.get("args", "{}"), int(note.get("now", 0)))
-    fail_run(spark, run, "abandoned by the operator (dataflow backfill --abandon); its writes were undone",
-             finished_spent=True)
-    rec.note = json.dumps({**note, "abandoned": True})
-    release(spark, spec, rec, None)
-    say(f"pipeline {spec.name}: run {run_id} abandoned; restored {', '.join(restored) or 'no table'} to the versions "
-        "its hold found; micro-batches and backfills may run again")
-    return restored
-
-
-def _owner_of(spark, spec: PipelineSpec, latest: dict) -> str:
+def owner_words(spark, spec: PipelineSpec, latest: dict) -> str:
     """The working holder's process and heartbeat, in words."""
     run_id = holder_of(latest)[len(BACKFILL_HOLDER):]
     owner, beat_at = last_beat(spark, spec.name, run_id)
     owner = owner or Owner.of(json.loads(latest["reason"] or "{}").get("owner"))
     where = owner.describe() if owner else "its process is not recorded"
     return where + (f", last heartbeat {time.time() - beat_at:.0f} s ago" if beat_at else "")
-
-
-SPENT = 2**62
-"""The idempotent-key version an abandon commits under each of the run's keys: above any the
-run uses (0), so Delta skips every later commit of the run under its key."""
-
-
-def _fence_keys(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> None:
-    """Spend the run's idempotent keys (`dataflow:<pipeline>:<table>:<run id>`, and a plan's
-    preview's) in every table of the pipeline that exists: an empty commit under each at
-    version SPENT. A later commit of the run under its key is then skipped, and one under way
-    meanwhile fails (Delta checks the keys a commit read against those committed since), so
-    a run still working cannot write after the RESTORE that follows."""
-    from dataflow_core.spark.platform.tables import table_path
-
-    for name in pipeline_tables(spec):
-        if table_version(spark, name) < 0:
-            continue  # a table it makes later: its commits there check the hold first
-        path = table_path(spark, name)
-        keys = [f"dataflow:{spec.name}:{name}:{run_id}"]
-        if name in {plan_table(stage) for stage in spec.stages}:
-            keys.append(f"dataflow:{spec.name}:{name}:{run_id}:preview")
-        for key in keys:
-            empty = spark.read.format("delta").load(path).limit(0)
-            empty.write.format("delta").mode("append").option("txnAppId", key).option("txnVersion", SPENT).save(path)
-
-
-def _restore(spark: "SparkSession", name: str, version: int) -> bool:
-    """Table `name` as it was at `version` (-1: it did not exist, so it is emptied); True if
-    it had changed since."""
-    from delta.tables import DeltaTable
-
-    from dataflow_core.spark.platform.tables import table_path
-
-    if table_version(spark, name) <= version:
-        return False
-    table = DeltaTable.forPath(spark, table_path(spark, name))
-    if version < 0:
-        table.delete()
-    else:
-        table.restoreToVersion(version)
-    return True
