@@ -5,8 +5,8 @@ Every 5 minutes by default (`$DATAFLOW_MICROBATCH_SCHEDULE`, or
 one active run at a time, no catch-up: `microbatch` runs one micro-batch of the pipeline
 (`dataflow microbatch --pipeline NAME`), then `gate_output` checks the panes and results of
 the windows it touched. Created paused. A run that finds the pipeline busy (exit 75: another
-micro-batch or a backfill that is alive and working holds it) is skipped with that reason. A
-run that finds it held by a run whose process is gone or whose last status is `failed` (exit
+micro-batch or a backfill that is alive and working has it locked) is skipped with that reason. A
+run that finds it locked by a run whose process is gone or whose last status is `failed` (exit
 76, `PipelineStuck`) *fails*, with one line naming that run and the commands that resume and
 abandon it: nothing runs until someone does, so a skip would hide it.
 

@@ -1,8 +1,8 @@
 """The maintenance DAG's task body: `spark.jobs.maintenance` (OPTIMIZE and VACUUM a
-pipeline's tables, forget event ids past the duplicate-detection horizon, all holding the
+pipeline's tables, forget event ids past the duplicate-detection horizon, all locking the
 pipeline) in the task's Spark session. A task that cannot run fails, never skips: a pipeline
-held by a run that is gone or failed fails it at once with the line naming that run and the
-commands that resume and abandon it; one held by a working run is waited for (at most
+locked by a run that is gone or failed fails it at once with the line naming that run and the
+commands that resume and abandon it; one locked by a working run is waited for (at most
 `MAINTENANCE_WAIT`), then fails with the busy line.
 """
 
@@ -30,7 +30,7 @@ def retention_hours(pipeline: str) -> int:
 
 def maintain_in(spark: Any, pipeline: str, say: Say, wait_s: float | None) -> dict[str, Any]:
     """`spark.jobs.maintenance.maintain` with the deployment's settings, waiting at most
-    `wait_s` seconds (None: not at all) for a working run that holds the pipeline: the task's
+    `wait_s` seconds (None: not at all) for a working run that has the pipeline locked: the task's
     body and `dataflow maintain`'s."""
     from dataflow_core.airflow import settings
     from dataflow_core.cli.waiting import until_free

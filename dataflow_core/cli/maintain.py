@@ -1,6 +1,6 @@
 """`dataflow maintain`: the maintenance DAG's task from the command line (forget expired seen
-ids, OPTIMIZE, VACUUM), holding the pipeline while it works; the command that resumes a
-maintenance run that was killed while it held the pipeline."""
+ids, OPTIMIZE, VACUUM), locking the pipeline while it works; the command that resumes a
+maintenance run that was killed while it locked the pipeline."""
 
 from __future__ import annotations
 
@@ -13,13 +13,13 @@ from dataflow_core.errors import BUSY_EXIT, STUCK_EXIT
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "maintain",
-        help="OPTIMIZE and VACUUM a pipeline's tables and forget expired seen ids, holding the pipeline",
+        help="OPTIMIZE and VACUUM a pipeline's tables and forget expired seen ids, locking the pipeline",
         description=(
             "Deletes the event ids past the micro-batches' duplicate-detection horizon, then OPTIMIZEs and "
-            "VACUUMs each of the pipeline's tables (and dataflow_batches), holding the pipeline as a reset "
+            "VACUUMs each of the pipeline's tables (and dataflow_batches), locking the pipeline as a reset "
             "does: nothing else writes its tables meanwhile. VACUUM keeps $DATAFLOW_VACUUM_RETENTION_HOURS "
             "(168), raised to the stages' allowed lateness plus a day, and longer where an --abandon could "
-            f"restore an older version. Exits {BUSY_EXIT} while another run works holding the pipeline "
+            f"restore an older version. Exits {BUSY_EXIT} while another run works locking the pipeline "
             f"(--wait waits for it), {STUCK_EXIT} when that run is gone or failed (the line names the "
             "commands that resume and abandon it). Run again, it resumes a maintenance that was killed."
         ),

@@ -333,8 +333,8 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
             page.wait_for_url("**/dags/dataflow_backfill/runs/**", timeout=30000)
             approved = urllib.request.unquote(page.url.rsplit("/runs/", 1)[1].split("?")[0])
             page.goto("about:blank")  # an open grid re-renders every few seconds: wait on a blank page
-            # One plan, and then one decision, at a time: each holds the pipeline, and a task that
-            # finds it held is rescheduled after its JVM started for nothing (side by side, the
+            # One plan, and then one decision, at a time: each has the pipeline locked, and a task that
+            # finds it locked is rescheduled after its JVM started for nothing (side by side, the
             # second plan ran twice and a decision's task once more). So the second run is asked
             # for once the first waits for its approval, and the rejection clicked once the
             # approved plan's apply is done.

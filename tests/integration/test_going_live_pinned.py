@@ -16,7 +16,7 @@ from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import table_path
 from dataflow_core.spark.sinks.batches import records
-from dataflow_core.spark.sinks.holds import input_key
+from dataflow_core.spark.sinks.pipeline_lock import input_key
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
 from tests.integration.test_one_history import VIEWS, _billing, _results, _sums
 

@@ -1,10 +1,10 @@
 """Every writer takes the pipeline (issue 63.5): maintenance (OPTIMIZE, VACUUM, expired seen
 ids) and the input gate's quarantine MERGE hold it as `dataflow reset` does. While another run
-holds it they write nothing: busy while that run works (the Airflow maintenance task fails,
+has it locked they write nothing: busy while that run works (the Airflow maintenance task fails,
 never skips), stuck at once when it failed; VACUUM keeps every version an `--abandon` could
-restore, so that abandoning a held run, maintenance's own included, gives back the tables
+restore, so that abandoning a locked run, maintenance's own included, gives back the tables
 exactly as they were. On the suite's shared Spark session; the runs in these tests are
-interrupted by the crash switch (raise mode) or held by a claim taken in the test."""
+interrupted by the crash switch (raise mode) or locked by a claim taken in the test."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.jobs.maintenance import maintain
 from dataflow_core.spark.platform.tables import drop_table, read_table, table_exists, table_path, write_table
-from dataflow_core.spark.sinks.holds import abandon, release, take_hold
+from dataflow_core.spark.sinks.fencing import abandon
+from dataflow_core.spark.sinks.pipeline_lock import release, take_lock
 from dataflow_core.spark.sinks.runs import fail_run
 from tests.integration.test_backfill import DAY0, M, to_rows, write_input
 from tests.integration.test_backfill_live import _tables
@@ -56,10 +57,10 @@ def _holds(spark, spec: PipelineSpec) -> list[tuple[str, str]]:
 
 
 def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_does(spark, tmp_path, capsys):
-    """While a backfill works holding the pipeline, maintenance is busy and touches no table
+    """While a backfill works locking the pipeline, maintenance is busy and touches no table
     (`dataflow maintain` exits 75 with one line), and the Airflow task fails on it (not a
     skip); once that run failed, the command exits 76 and the task fails at once, however long
-    it would wait, with the line naming the run. Released, maintenance holds the pipeline for
+    it would wait, with the line naming the run. Released, maintenance has the pipeline locked for
     its own work (a `started` record of its run, then `finished`)."""
     from airflow.sdk.exceptions import AirflowFailException
 
@@ -76,19 +77,19 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
     with in_warehouse(spark, tmp_path / "wh"):
         write_input(spark, spec.input_table, to_rows(VIEWS))
         assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
-        other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
-        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}") as busy:
+        other = take_lock(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
+        with pytest.raises(PipelineBusy, match=f"locked by backfill run {other.run.run_id}") as busy:
             maintain(spark, spec.name, 168, None)
         assert "\n" not in str(busy.value)
-        with pytest.raises(AirflowFailException, match=f"held by backfill run {other.run.run_id}"):
+        with pytest.raises(AirflowFailException, match=f"locked by backfill run {other.run.run_id}"):
             maintenance_task(spec.name, wait=None)
         code, lines = command()
         assert code == BUSY_EXIT and len(lines) == 1 and lines[0].startswith("dataflow maintain: busy: "), lines
         fail_run(spark, other.run, "ValueError: boom")
         code, lines = command()
         assert code == STUCK_EXIT and len(lines) == 1 and lines[0].startswith("dataflow maintain: stuck: "), lines
-        assert f"held by backfill run {other.run.run_id}" in lines[0] and "--abandon" in lines[0], lines
-        with pytest.raises(AirflowFailException, match=f"held by backfill run {other.run.run_id}.*which failed at"):
+        assert f"locked by backfill run {other.run.run_id}" in lines[0] and "--abandon" in lines[0], lines
+        with pytest.raises(AirflowFailException, match=f"locked by backfill run {other.run.run_id}.*which failed at"):
             maintenance_task(spec.name)  # stuck: no wait (the task's is an hour)
         assert _maintained(spark, spec) == []
         release(spark, spec, other.record, None)
@@ -101,7 +102,7 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
 
 
 def test_a_held_backfill_then_maintenance_then_abandon_gives_back_the_tables(spark, tmp_path, crash):
-    """A correcting backfill stops while it holds the pipeline (its pane log's commit made);
+    """A correcting backfill stops while it has the pipeline locked (its pane log's commit made);
     the maintenance task then fails naming it and compacts nothing, and `--abandon` restores
     every table to exactly what it was before the backfill."""
     from airflow.sdk.exceptions import AirflowFailException
@@ -122,7 +123,7 @@ def test_a_held_backfill_then_maintenance_then_abandon_gives_back_the_tables(spa
         assert _tables(spark, spec) != before
         latest = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch").collect()[-1]
         run_id = latest["holder"].split(" ")[1]
-        with pytest.raises(AirflowFailException, match=f"held by backfill run {run_id}"):
+        with pytest.raises(AirflowFailException, match=f"locked by backfill run {run_id}"):
             maintenance_task(spec.name, wait=None)
         assert _maintained(spark, spec) == []
         abandon(spark, spec.name, run_id, lambda _m: None, force=True)
@@ -144,7 +145,7 @@ def _contents(spark, tables: list[str]) -> dict[str, Counter]:
 
 def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_path, crash):
     """Maintenance with no retention of its own (0 h) stops after its first VACUUM, holding
-    the pipeline: that VACUUM kept the files its OPTIMIZE replaced, which the versions its hold
+    the pipeline: that VACUUM kept the files its OPTIMIZE replaced, which the versions its lock
     found need, so `--abandon` of it restores every table to what it held (a VACUUM of 0 h
     deletes those files, and the restored table cannot be read)."""
     spec = _small(f"t_maint_vac_{next(_names)}")
@@ -171,19 +172,19 @@ def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_pat
 
 
 def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, tmp_path):
-    """While a run works holding the pipeline, the gate validates its range but does not
+    """While a run works locking the pipeline, the gate validates its range but does not
     MERGE its refused rows into the pipeline's quarantine (the run may be writing it): busy,
     after waiting as long as it was told, and the quarantine unchanged; stuck once that run
-    failed. Released, the gate holds the pipeline for its MERGE and releases it, also when the
-    MERGE fails (its run then recorded failed): the pipeline is never left held by a gate."""
+    failed. Released, the gate has the pipeline locked for its MERGE and releases it, also when the
+    MERGE fails (its run then recorded failed): the pipeline is never left locked by a gate."""
     from dataflow_core.quality.gates import gate_input
 
     spec = orders_pipeline(f"t_gate_hold_{next(_names)}")
     i = DAY0 + 5 * M
     with in_warehouse(spark, tmp_path / "wh"):
         write_orders(spark, spec.input_table, [("past", "shop/7", 2.0, i + SKEW + 1, i), ("g", "shop/7", 8.0, i, i)])
-        other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)
-        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+        other = take_lock(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)
+        with pytest.raises(PipelineBusy, match=f"locked by backfill run {other.run.run_id}"):
             gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-held", docs_dir=tmp_path / "docs",
                        now=DAY0 + 12 * 3600_000, wait_s=1)
         assert not table_exists(spark, f"{spec.name}__quarantine")

@@ -17,9 +17,9 @@ touch each other's windows; the read is widened by the first stage's window reac
 (`WindowFn.reach`) just enough to complete the windows of the range (for merging windows,
 until no window of the range reaches the edge of what was read).
 
-One writer at a time: a run holds the pipeline (`sinks.holds`) before it reads, and reads
-the version of the input its hold pinned however often it is resumed; it records itself
-finished (or failed, with its reason) and only then releases the hold.
+One writer at a time: a run has the pipeline locked (`sinks.pipeline_lock`) before it reads, and reads
+the version of the input its lock pinned however often it is resumed; it records itself
+finished (or failed, with its reason) and only then releases the lock.
 
 With `plan_only` a batch run stops once every stage's plan is stored, records itself
 `planned` and releases the pipeline; `jobs.plans` applies or rejects the plan later.
@@ -50,9 +50,9 @@ from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
 from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
-from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
-from dataflow_core.spark.sinks.fencing import check_hold, fenced_commits
-from dataflow_core.spark.sinks.holds import Hold, planned_from, release, release_finished, take_hold
+from dataflow_core.spark.sinks.lock_holders import Heartbeat, this_owner
+from dataflow_core.spark.sinks.fencing import check_lock, fenced_commits
+from dataflow_core.spark.sinks.pipeline_lock import PipelineLock, planned_from, release, release_finished, take_lock
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
     APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,
@@ -78,7 +78,7 @@ def run_backfill(
     plan_only: bool = False,
 ) -> RunResult:
     """Runs one backfill (see the module docstring); returns its run id and ledger.
-    PipelineBusy (before anything is read or written) while another run holds the pipeline.
+    PipelineBusy (before anything is read or written) while another run has the pipeline locked.
     `plan_only`: store the plan of corrections, apply none (`jobs.plans`)."""
     spec = with_value_types(pipeline, warehouse_root(spark))
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
@@ -96,19 +96,19 @@ def run_backfill(
     if plan_only:  # a plan is a run of its own: a plain backfill of the range never resumes it
         args["plan_only"] = True
     refuse_changed_definitions(spark, spec)
-    hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
-    run = hold.run
+    lock = take_lock(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
+    run = lock.run
     if not run.resumed:
-        say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
-            f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
+        say(f"run {run.run_id} has locked pipeline {spec.name} (batch {lock.record.batch}) at processing time "
+            f"{format_instant(run.now)}, reading version {lock.input_version} of {spec.input_table}; "
             f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
-    result = BackfillRun(spark, spec, span, hold, say, fast=fast, plan_only=plan_only).finish(interval)
+    result = BackfillRun(spark, spec, span, lock, say, fast=fast, plan_only=plan_only).finish(interval)
     if not (run.resumed and not replay and not plan_only):
         return result
-    changed = _input_changed_since(spark, spec, span, hold.input_version)
+    changed = _input_changed_since(spark, spec, span, lock.input_version)
     if not changed:
         return result
-    say(f"run {run.run_id} resumed and finished at the input's version {hold.input_version}, pinned when it began; "
+    say(f"run {run.run_id} resumed and finished at the input's version {lock.input_version}, pinned when it began; "
         f"{changed} since: correcting the range again with the input as it is now")
     return run_backfill(spark, pipeline, start, end, now=now, fast=fast, progress=progress)
 
@@ -119,7 +119,7 @@ def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: in
     it promises the range as the input stands when it ran."""
     from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
     from dataflow_core.spark.platform.delta import table_version
-    from dataflow_core.spark.sinks.holds import input_key
+    from dataflow_core.spark.sinks.pipeline_lock import input_key
 
     key = input_key(spec.name)
     moved = stale_tables(spark, spec, {key: pinned}, {key: table_version(spark, spec.input_table)}, span,
@@ -129,15 +129,15 @@ def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: in
 
 @dataclass
 class BackfillRun:
-    """One backfill run, from the moment `hold` holds the pipeline for it to its release:
-    what each of its steps reads (the range, the hold with its pinned input version and the
+    """One backfill run, from the moment `lock` has the pipeline locked for it to its release:
+    what each of its steps reads (the range, the lock with its pinned input version and the
     stages' live watermarks, progress, the fast-path choice) and what they add to (the
     ledger, the stages that got a plan of corrections)."""
 
     spark: "SparkSession"
     spec: PipelineSpec
     span: EventRange
-    hold: Hold
+    lock: Hold
     say: Progress_
     fast: bool | None = None
     plan_only: bool = False
@@ -146,33 +146,33 @@ class BackfillRun:
 
     @property
     def run(self) -> Run:
-        return self.hold.run
+        return self.lock.run
 
     @property
     def correcting(self) -> Correcting:
         return Correcting(self.spark, self.spec, self.run, self.ledger, self.say,
-                          self.hold.record.watermarks or None, self.plan_only)
+                          self.lock.record.watermarks or None, self.plan_only)
 
-    def check_hold(self) -> None:
-        check_hold(self.spark, self.spec, self.hold)
+    def check_lock(self) -> None:
+        check_lock(self.spark, self.spec, self.lock)
 
     def finish(self, replay_interval: int | None = None, decided_by: str | None = None) -> RunResult:
         """The run to its end (a replay of `replay_interval` batches, or a batch backfill):
         recorded finished (or `planned`, with the versions it was planned from; `applied`
-        too, by `decided_by`, for a plan being applied) or failed, and the hold released
+        too, by `decided_by`, for a plan being applied) or failed, and the lock released
         last (until then, a re-run resumes this run)."""
-        spark, spec, run, hold, say = self.spark, self.spec, self.run, self.hold, self.say
+        spark, spec, run, lock, say = self.spark, self.spec, self.run, self.lock, self.say
         # While it works, the run beats (others tell it from a run that is gone) and each of
-        # its commits checks its hold first (an abandoned run writes nothing more).
-        with Heartbeat(spark, spec.name, run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+        # its commits checks its lock first (an abandoned run writes nothing more).
+        with Heartbeat(spark, spec.name, run.run_id, lock.owner or this_owner()), fenced_commits(spark, spec, lock):
             try:
                 if replay_interval is not None:
-                    self.ledger = replay_range(spark, spec, self.span, replay_interval, run, say, hold.input_version)
+                    self.ledger = replay_range(spark, spec, self.span, replay_interval, run, say, lock.input_version)
                 else:
                     self._batch()
-                self.check_hold()
+                self.check_lock()
                 if self.plan_only:
-                    versions = planned_from(spec, hold)
+                    versions = planned_from(spec, lock)
                     store_previews(spark, spec, run, versions)
                     record_planned(spark, run, self.ledger, versions)
                     result = RunResult(run.run_id, self.ledger.as_dict(), run.now)
@@ -189,20 +189,20 @@ class BackfillRun:
             say(f"run {run.run_id} planned its corrections and applied none; the pipeline is released. "
                 f"See them: dataflow plan show {run.run_id}; apply: dataflow backfill --pipeline {spec.name} "
                 f"--apply {run.run_id}")
-            release(spark, spec, hold.record, None)
+            release(spark, spec, lock.record, None)
         else:  # last: until here, a re-run resumes this run
             if self.planned:  # a finished run is never resumed: its plans have served
                 say(f"run {run.run_id} finished; dropping its plans of corrections")
-            release_finished(spark, spec, hold.record, run.run_id, self.planned, self.ledger)
+            release_finished(spark, spec, lock.record, run.run_id, self.planned, self.ledger)
         return result
 
     # --- batch ----------------------------------------------------------------------
 
     def _batch(self) -> None:
         """Every window of the range recomputed and corrected, stage by stage, from the
-        input as of the version the hold pinned. A resumed run whose input version is gone
+        input as of the version the lock pinned. A resumed run whose input version is gone
         fails with one line."""
-        run, version, spec = self.run, self.hold.input_version, self.spec
+        run, version, spec = self.run, self.lock.input_version, self.spec
         try:
             self._corrected()
         except Exception as exc:
@@ -222,7 +222,7 @@ class BackfillRun:
         (`range_input.read_range`)."""
         spec, span = self.spec, self.span
         read = read_range(self.spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)),
-                          self.run, self.ledger, self.say, self.hold.input_version, quarantine=not self.plan_only)
+                          self.run, self.ledger, self.say, self.lock.input_version, quarantine=not self.plan_only)
         try:
             self._first_stage(read)
         except BaseException:
@@ -237,9 +237,9 @@ class BackfillRun:
         finals, els, cached = self._first_finals(read)
         ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
         self.say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
-        self.check_hold()
-        outcome = correct_stage(self.correcting, first, finals, els, owned=span, input_version=self.hold.input_version,
-                                had_results=self.hold.record.versions.get(first.output, -1) >= 0)
+        self.check_lock()
+        outcome = correct_stage(self.correcting, first, finals, els, owned=span, input_version=self.lock.input_version,
+                                had_results=self.lock.record.versions.get(first.output, -1) >= 0)
         if outcome.planned:
             self.planned.append(first)
         finals.unpersist()
@@ -262,7 +262,7 @@ class BackfillRun:
             if attempt == 0:
                 els, cached = read.elements, read.cached
             else:
-                cached = range_elements(spark, spec, read_span, self.hold.input_version, span, ProcessingTime(run.now))
+                cached = range_elements(spark, spec, read_span, self.lock.input_version, span, ProcessingTime(run.now))
                 els = cached.drop(DUPLICATES)
             finals = final_values(els, first.strategy, first.key_columns, first.value_type, run.now, self.fast)
             finals = finals.where((F.col("window_start") >= span.start) & (F.col("window_start") < span.end))
@@ -304,7 +304,7 @@ class BackfillRun:
                 continue
             mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
             stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, self.fast)
-            self.check_hold()
+            self.check_lock()
             outcome = correct_stage(self.correcting, stage, stage_finals, mapped, owned=None)
             if outcome.planned:
                 self.planned.append(stage)
@@ -317,7 +317,7 @@ class BackfillRun:
 
 
 def _record_failure(spark, run: Run, exc: BaseException) -> None:
-    """The run's `failed` row with a one-line reason; the hold stays, so the same command
+    """The run's `failed` row with a one-line reason; the lock stays, so the same command
     resumes the run (or `--abandon` undoes it). Best effort: the error itself is raised."""
     try:
         fail_run(spark, run, f"{type(exc).__name__}: {first_line(exc)}"[:500])

@@ -3,15 +3,15 @@
 MERGE. Unheld, their commits race the live batches' (a conflict turns a micro-batch into a
 failure or a skip) and an `--abandon`'s RESTORE.
 
-`holding` claims the pipeline as `dataflow reset` and `--reject` do (`sinks.holds.take_hold`:
-busy while another run works holding it, stuck when that run is gone or failed; a caller that
+`holding` claims the pipeline as `dataflow reset` and `--reject` do (`sinks.pipeline_lock.take_lock`:
+busy while another run works locking it, stuck when that run is gone or failed; a caller that
 waits for a working holder tries again, `cli.waiting.until_free`); while inside, the run beats and every commit
-it makes to a table of the pipeline checks first that its hold stands (`fenced_commits`;
-commands that bypass `append_rows`/`merge_rows`, such as OPTIMIZE, call `check_hold`
+it makes to a table of the pipeline checks first that its lock stands (`fenced_commits`;
+commands that bypass `append_rows`/`merge_rows`, such as OPTIMIZE, call `check_lock`
 themselves). Each of these writes is one atomic commit that leaves the tables as true as
 they were, so a failure inside records the run failed and releases the pipeline at once:
 live batches go on, and the next run does the work again. Only a run that dies (killed)
-keeps its hold; the same command resumes it (its arguments are the same every time), or
+keeps its lock; the same command resumes it (its arguments are the same every time), or
 `dataflow backfill --abandon` undoes it.
 """
 
@@ -24,8 +24,9 @@ from dataflow_core.errors import first_line
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.jobs.crash import SimulatedCrash
 from dataflow_core.spark.sinks.batches import holder_of, read_log
-from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
-from dataflow_core.spark.sinks.holds import Hold, fenced_commits, release, take_hold
+from dataflow_core.spark.sinks.lock_holders import Heartbeat, this_owner
+from dataflow_core.spark.sinks.fencing import fenced_commits
+from dataflow_core.spark.sinks.pipeline_lock import PipelineLock, release, take_lock
 from dataflow_core.spark.sinks.runs import Ledger, fail_run, finish_run
 
 if TYPE_CHECKING:
@@ -35,31 +36,31 @@ Say = Callable[[str], None]
 
 
 @contextmanager
-def holding(spark: "SparkSession", spec: PipelineSpec, command: str, say: Say = lambda _m: None) -> Iterator[Hold]:
-    """The pipeline held by a run of `command` while inside (see the module docstring):
+def holding(spark: "SparkSession", spec: PipelineSpec, command: str, say: Say = lambda _m: None) -> Iterator[PipelineLock]:
+    """The pipeline locked by a run of `command` while inside (see the module docstring):
     PipelineBusy (before anything is written) when a working run holds it, PipelineStuck
     when that run is gone or failed."""
-    hold = take_hold(spark, spec, command, {}, None, say)
-    with Heartbeat(spark, spec.name, hold.run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+    lock = take_lock(spark, spec, command, {}, None, say)
+    with Heartbeat(spark, spec.name, lock.run.run_id, lock.owner or this_owner()), fenced_commits(spark, spec, lock):
         try:
-            yield hold
+            yield lock
         except SimulatedCrash:
-            raise  # the crash switch stands for a death: the hold stays, as a killed run's does
+            raise  # the crash switch stands for a death: the lock stays, as a killed run's does
         except BaseException as exc:
-            _fail_and_release(spark, spec, hold, exc, say)
+            _fail_and_release(spark, spec, lock, exc, say)
             raise
-        finish_run(spark, hold.run, Ledger())
-    release(spark, spec, hold.record, None)
+        finish_run(spark, lock.run, Ledger())
+    release(spark, spec, lock.record, None)
 
 
-def _fail_and_release(spark: "SparkSession", spec: PipelineSpec, hold: Hold, exc: BaseException, say: Say) -> None:
-    """The run recorded failed and the pipeline released, unless the hold is no longer its
+def _fail_and_release(spark: "SparkSession", spec: PipelineSpec, lock: PipelineLock, exc: BaseException, say: Say) -> None:
+    """The run recorded failed and the pipeline released, unless the lock is no longer its
     own (abandoned: the abandon did both). Best effort: `exc` is what the caller hears."""
     try:
         latest = (read_log(spark, spec).records or [None])[0]
-        if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
+        if not latest or latest["status"] != "started" or holder_of(latest) != lock.record.holder:
             return
-        fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
-        release(spark, spec, hold.record, None)
-    except Exception as again:  # noqa: BLE001 - the hold stays; the next command names it
-        say(f"run {hold.run.run_id} failed and could not release pipeline {spec.name} ({first_line(again)[:200]})")
+        fail_run(spark, lock.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
+        release(spark, spec, lock.record, None)
+    except Exception as again:  # noqa: BLE001 - the lock stays; the next command names it
+        say(f"run {lock.run.run_id} failed and could not release pipeline {spec.name} ({first_line(again)[:200]})")

@@ -1,14 +1,14 @@
 """Maintenance of one pipeline's Delta tables (`dataflow maintain`, the `dataflow_maintenance`
 DAG): forget event ids past the duplicate-detection horizon, OPTIMIZE and VACUUM.
 
-It holds the pipeline while it works (`jobs.holding`), as reset does: its OPTIMIZE and its
+It has the pipeline locked while it works (`jobs.holding`), as reset does: its OPTIMIZE and its
 DELETE of expired ids would otherwise conflict with a live batch's MERGE (which then fails or
 is skipped), and the RESTORE of an `--abandon` would race them. Held by a working run, it is
-busy (its callers, `airflow.maintenance`, wait a bounded time first); held by a run that is
+busy (its callers, `airflow.maintenance`, wait a bounded time first); locked by a run that is
 gone or failed, it stops at once (PipelineStuck, naming that run and how to resume or abandon it).
 
-VACUUM keeps what an `--abandon` could restore: the standing hold's versions of each table
-(its own, while it holds the pipeline; a killed maintenance resumed days later still has the
+VACUUM keeps what an `--abandon` could restore: the standing lock's versions of each table
+(its own, while it has the pipeline locked; a killed maintenance resumed days later still has the
 versions its claim found). A file of version V is removed no earlier than the commit after
 V, so VACUUM's retention is raised, where needed, to reach back past that commit's time
 (Delta's DESCRIBE HISTORY), and the task log says why.
@@ -23,14 +23,15 @@ from dataflow_core.model.time import format_instant
 from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.jobs.holding import holding
-from dataflow_core.spark.sinks.holds import Hold, check_hold
+from dataflow_core.spark.sinks.fencing import check_lock
+from dataflow_core.spark.sinks.pipeline_lock import PipelineLock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 Say = Callable[[str], None]
 MAINTAIN = "maintain"
-"""The command a maintenance run holds the pipeline as (`dataflow maintain` resumes it)."""
+"""The command a maintenance run has the pipeline locked as (`dataflow maintain` resumes it)."""
 MARGIN_H = 1.0
 """Hours VACUUM keeps beyond the commit after a restorable version: a commit's removed files
 are stamped when its transaction removes them, a little before the commit's own time."""
@@ -48,48 +49,48 @@ def maintained_tables(spark: "SparkSession", spec: PipelineSpec) -> list[str]:
 
 def maintain(spark: "SparkSession", pipeline: str, hours: float, results_file_bytes: int | None,
              say: Say = lambda _m: None) -> dict[str, Any]:
-    """Maintain `pipeline`'s tables holding it (see the module docstring), and the shared
+    """Maintain `pipeline`'s tables locking it (see the module docstring), and the shared
     `dataflow_batches` (two one-row commits per micro-batch, read by every batch): OPTIMIZE
     clusters the state tables by their wake-up columns and the results tables by
     `window_end`, the latter in files of at most `results_file_bytes` (None: Delta's own
     size), so that a later MERGE of recent windows rewrites a small file, not one holding all
-    of history. `hours`: VACUUM's retention before what the hold needs. PipelineBusy (before
-    anything is written) while a working run holds the pipeline (callers that wait try again,
+    of history. `hours`: VACUUM's retention before what the lock needs. PipelineBusy (before
+    anything is written) while a working run has the pipeline locked (callers that wait try again,
     `cli.waiting.until_free`), PipelineStuck when that run is gone or failed."""
     from dataflow_core.spark.platform.tables import table_exists
 
     spec = get(pipeline)
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    with holding(spark, spec, MAINTAIN, say) as hold:
-        say(f"run {hold.run.run_id} holds pipeline {spec.name} for maintenance")
+    with holding(spark, spec, MAINTAIN, say) as lock:
+        say(f"run {lock.run.run_id} has locked pipeline {spec.name} for maintenance")
         tables = maintained_tables(spark, spec)
         if not tables:
             say(f"pipeline {pipeline}: no output or state tables yet")
         shared = [layout.BATCHES] if table_exists(spark, layout.BATCHES) else []
         for table in tables + shared:
             cap = results_file_bytes if table in {layout.results(s) for s in spec.stages} else None
-            done["tables"][table] = _maintain_table(spark, spec, hold, table, hours, cap, say)
+            done["tables"][table] = _maintain_table(spark, spec, lock, table, hours, cap, say)
     return done
 
 
-def _maintain_table(spark: "SparkSession", spec: PipelineSpec, hold: Hold, table: str, hours: float,
+def _maintain_table(spark: "SparkSession", spec: PipelineSpec, lock: PipelineLock, table: str, hours: float,
                     cap: int | None, say: Say) -> dict[str, Any]:
-    """One table: expired ids deleted (the seen ids), OPTIMIZE, VACUUM keeping what the hold
-    could restore; each command only while the hold stands."""
+    """One table: expired ids deleted (the seen ids), OPTIMIZE, VACUUM keeping what the lock
+    could restore; each command only while the lock stands."""
     from dataflow_core.spark.platform.delta import compact
     from dataflow_core.spark.platform.tables import table_path
     from dataflow_core.spark.sinks.seen_ids import expire_seen_ids
 
     entry: dict[str, Any] = {}
     if table == layout.seen_ids(spec):
-        check_hold(spark, spec, hold)
+        check_lock(spark, spec, lock)
         expired = expire_seen_ids(spark, spec)
         entry["expired_rows_deleted"] = expired
         say(f"{table}: {expired:,} event ids past the duplicate-detection horizon deleted")
-    check_hold(spark, spec, hold)
+    check_lock(spark, spec, lock)
     entry["files_removed"], entry["files_added"] = compact(spark, table, cap)
-    kept, why = vacuum_hours(spark, table, hold.record.versions.get(table, -1), hours, hold.run.run_id)
-    check_hold(spark, spec, hold)
+    kept, why = vacuum_hours(spark, table, lock.record.versions.get(table, -1), hours, lock.run.run_id)
+    check_lock(spark, spec, lock)
     vacuum(spark, table_path(spark, table), kept)
     crash_point(f"maintenance-vacuumed-{table}")
     entry["vacuum_hours"] = kept
