@@ -23,12 +23,12 @@ day (at most "days at once" of them at a time); `gate_output` checks every stage
 and results for the windows the days touched; `summary` says in its first line whether the run
 succeeded and how each gate ended (it runs after a failure too), then logs the ledger.
 
-Days of one pipeline write one at a time: each day's backfill holds the pipeline
-(`sinks.holds`), and a day that finds it held is rescheduled (the waiting form, as
+Days of one pipeline write one at a time: each day's backfill has the pipeline locked
+(`sinks.pipeline_lock`), and a day that finds it locked is rescheduled (the waiting form, as
 `--wait` is on the command line) rather than failed. Not an Airflow pool per pipeline: the
-hold also fences micro-batches and backfills started outside this DAG, and a pool would
+lock also fences micro-batches and backfills started outside this DAG, and a pool would
 need one pool made per pipeline by hand; "days at once" still bounds how many days of
-different pipelines' runs hold workers. A day that fails on every retry keeps its hold
+different pipelines' runs hold workers. A day that fails on every retry keeps its lock
 (a re-run resumes it); the waiting days' logs name it and the way out
 (`dataflow backfill --pipeline P --abandon RUN_ID`).
 """
@@ -222,7 +222,7 @@ def _approval_path(plan: Any) -> tuple[Any, Any, Any]:
 
 
 def _rescheduled_when_busy(work):
-    """Run `work`; a pipeline held by another run reschedules the task instead of failing it."""
+    """Run `work`; a pipeline locked by another run reschedules the task instead of failing it."""
     import logging
 
     import pendulum

@@ -5,7 +5,7 @@ Every 5 minutes by default (`$DATAFLOW_MICROBATCH_SCHEDULE`, or
 one active run at a time, no catch-up: `microbatch` runs one micro-batch of the pipeline
 (`dataflow microbatch --pipeline NAME`), then `gate_output` checks the panes and results of
 the windows it touched. A run that finds the pipeline already running elsewhere (another
-micro-batch or a backfill holds it) is skipped with that reason, not failed. Created paused.
+micro-batch or a backfill has it locked) is skipped with that reason, not failed. Created paused.
 
 The output gate checks the panes the batch wrote (the pane log names them `batch-N`), and
 fails if the batch wrote panes but the gate found none to check.

@@ -13,7 +13,7 @@ a batch runs after the timer. `fire_due_timer` waits for it without holding a wo
 `gate_timer_batch` checks; with no timer pending, or one further off than
 `$DATAFLOW_TIMER_WAIT` (1h), or with "fire due timer" off, it says so and is skipped.
 
-One active run at a time; a batch that finds the pipeline held (by the scheduled DAG's batch
+One active run at a time; a batch that finds the pipeline locked (by the scheduled DAG's batch
 or a backfill) is skipped, not failed.
 """
 

@@ -9,21 +9,21 @@ class DataflowError(Exception):
 
 
 BUSY_EXIT = 75
-"""Exit status of a run that found its pipeline held by another (EX_TEMPFAIL: try later)."""
+"""Exit status of a run that found its pipeline locked by another (EX_TEMPFAIL: try later)."""
 
 
 STUCK_EXIT = 76
-"""Exit status of a run that found its pipeline held by a run that is gone (its process died)
+"""Exit status of a run that found its pipeline locked by a run that is gone (its process died)
 or failed: nothing runs until that run is resumed or abandoned, so waiting would not help."""
 
 
 class PipelineBusy(DataflowError):
-    """Another run of the same pipeline holds it: it claimed this batch first, took it over,
+    """Another run of the same pipeline has it locked: it claimed this batch first, took it over,
     or holds the stream checkpoint."""
 
 
 class PipelineStuck(DataflowError):
-    """The run holding the pipeline is gone or failed (`sinks.holders`). Not a PipelineBusy:
+    """The run locking the pipeline is gone or failed (`sinks.lock_holders`). Not a PipelineBusy:
     waiting, retrying or rescheduling never frees it; the message names the run and the
     commands that resume it and that abandon it."""
 

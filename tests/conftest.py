@@ -47,7 +47,7 @@ SLOW = (
     "tests/integration/test_s3_microbatch.py::",  # ~150 s: set-up driver, a killed micro-batch, two at once on S3
     "tests/integration/test_s3_warehouse.py::test_two_drivers_appending_to_one_table_lose_no_commit_on_s3_and_on_a_local_folder",  # ~150 s: two drivers on S3, then a local folder
     "tests/integration/test_s3_warehouse.py::",  # ~80 s: a backfill on S3 and on a folder in one driver process
-    "tests/integration/test_backfill_holds.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
+    "tests/integration/test_backfill_locks.py::test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer",  # ~90 s: four backfill processes
     "tests/integration/test_dags.py::",  # ~60 s
     "tests/integration/test_generate.py::test_generate_console_script_end_to_end",
     "tests/conformance/test_spark_runner.py::test_cli_replay_on_spark",
@@ -58,11 +58,11 @@ SLOW = (
 # under `make test`'s workers they go right after the SLOW ones, so the end of the run is
 # short tests on both workers, not one worker finishing a long test while the other idles.
 LONG = (
-    "tests/integration/test_backfill_holds.py::test_crash_and_change_law",  # ~75 s
+    "tests/integration/test_backfill_locks.py::test_crash_and_change_law",  # ~75 s
     "tests/integration/test_microbatch.py::",  # tests of 30-50 s each
     "tests/integration/test_backfill_live.py::",
     "tests/integration/test_backfill_plans.py::",
-    "tests/integration/test_backfill_holds.py::",
+    "tests/integration/test_backfill_locks.py::",
 )
 
 

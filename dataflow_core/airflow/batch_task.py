@@ -11,8 +11,8 @@ log = logging.getLogger("dataflow")
 
 def microbatch_task(pipeline: str) -> dict[str, Any]:
     """One micro-batch of `pipeline`: skipped (not failed) while another run that is working
-    holds it, failed without retries with its one line on a DataflowError: also when the run
-    holding it is gone or failed (PipelineStuck, which is no busy pipeline: nothing runs until
+    has it locked, failed without retries with its one line on a DataflowError: also when the run
+    locking it is gone or failed (PipelineStuck, which is no busy pipeline: nothing runs until
     someone resumes or abandons that run, as the line says, so a skip would hide it)."""
     from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 

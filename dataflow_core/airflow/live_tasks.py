@@ -18,7 +18,7 @@ class Busy(Exception):
 
 
 def microbatch(pipeline: str, say: Say = log_info) -> dict[str, Any]:
-    """One micro-batch of `pipeline`; raises Busy when another run holds the pipeline."""
+    """One micro-batch of `pipeline`; raises Busy when another run has the pipeline locked."""
     try:
         from dataflow_core.errors import PipelineBusy
         from dataflow_core.spark.jobs.microbatch import run_microbatch

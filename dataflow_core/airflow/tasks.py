@@ -369,7 +369,7 @@ def _unfinished_day(pipeline: str, day: str, run: Mapping[str, Any] | None) -> s
 
     if run is None:
         return (f"day {day} did not finish and started no run (its backfill_day task's log says why: the pipeline may "
-                "be held by another run, named there)")
+                "be locked by another run, named there)")
     if FINISHED in run["statuses"]:
         return f"day {day}: run {run['run_id']} finished, but its task did not (see the backfill_day task's log)"
     if "abandoned by the operator" in str(run.get("reason")):
@@ -378,7 +378,7 @@ def _unfinished_day(pipeline: str, day: str, run: Mapping[str, Any] | None) -> s
         what = f"failed at {run['failed_at']:%Y-%m-%d %H:%M:%S} UTC ({' '.join(str(run['reason']).split())[:300]})"
     else:
         what = "did not finish (its process stopped)"
-    return (f"day {day}: run {run['run_id']} {what}; it holds the pipeline until resumed or abandoned: resume it with "
+    return (f"day {day}: run {run['run_id']} {what}; it has the pipeline locked until resumed or abandoned: resume it with "
             f"`{resume_command(pipeline, run['run_id'], run['command'], run['args'])}` (or clear the day's task), or "
             f"abandon it (its writes undone) with `dataflow backfill --pipeline {pipeline} --abandon {run['run_id']}`")
 

@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         hint = "" if "--wait" in str(exc) else " (run with --wait to wait for it)"
         print(f"dataflow {args.command}: busy: {exc}{hint}", file=sys.stderr)
         return BUSY_EXIT
-    except PipelineStuck as exc:  # held by a run that is gone or failed: waiting would not help
+    except PipelineStuck as exc:  # locked by a run that is gone or failed: waiting would not help
         if args.verbose:
             raise
         print(f"dataflow {args.command}: stuck: {exc}", file=sys.stderr)

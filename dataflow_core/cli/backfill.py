@@ -18,9 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "input as it stands (perfect watermark) and corrects what earlier runs wrote "
             "(retractions in retracting mode). --replay instead processes the range's input in "
             "ingest-time order as micro-batches of --batch-interval and writes the pane history "
-            "a live pipeline would have emitted. A run holds the pipeline from before it reads until it has "
-            "finished: a micro-batch or another backfill that finds it held exits with status 75 (or waits, "
-            "with --wait) while the holding run works, and with status 76 and one line naming it when it is "
+            "a live pipeline would have emitted. A run has the pipeline locked from before it reads until it has "
+            "finished: a micro-batch or another backfill that finds it locked exits with status 75 (or waits, "
+            "with --wait) while the locking run works, and with status 76 and one line naming it when it is "
             "gone or failed; a run killed anywhere resumes when run again with the same arguments, reading the "
             "input version it pinned. --abandon RUN_ID undoes a run that fails on every re-run and releases "
             "the pipeline (a run still working only with --force). To approve a backfill's corrections before they land: --plan-only stores them and "
@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--now", default=None, help="processing time of a batch backfill (default: the clock; never "
                    "before the pipeline's last live batch)")
     p.add_argument("--abandon", default=None, metavar="RUN_ID",
-                   help="undo the unfinished run RUN_ID that holds the pipeline (it fails on every re-run): restore "
-                        "the pipeline's tables to the versions its hold found, record it failed, release the "
+                   help="undo the unfinished run RUN_ID that has the pipeline locked (it fails on every re-run): restore "
+                        "the pipeline's tables to the versions its lock found, record it failed, release the "
                         "pipeline; refused while the run is still working, unless --force")
     p.add_argument("--force", action="store_true",
                    help="with --abandon: abandon the run even though it is still working (its commits from then on "

@@ -22,7 +22,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "(Structured Streaming's Delta source, available-now trigger), fires due timers, "
             "delivers the batch, moves the watermark and writes panes, results and state through "
             "Delta MERGE, each write idempotent per batch. A run that finds another run of the "
-            f"pipeline holding it exits with status {BUSY_EXIT} while that run works, and with status "
+            f"pipeline locking it exits with status {BUSY_EXIT} while that run works, and with status "
             f"{STUCK_EXIT} (a --loop too) when it is gone or failed, the line naming the commands that resume "
             "and abandon it. A --loop holds the pipeline's loop lock while it runs: another loop, or a reset, "
             f"exits with status {BUSY_EXIT} naming it; a loop that lost it (taken over after it sent no heartbeat "

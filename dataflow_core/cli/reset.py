@@ -14,8 +14,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Deletes the pipeline's live state, seen ids, correction plans and stream checkpoint, and "
             "records the reset in dataflow_batches; the next micro-batch reads the input from the start. "
             "Outputs (pane logs, results) are kept unless --drop-outputs. Refused (exit 75) while a run "
-            "holds the pipeline (exit 76 when that run is gone or failed: the line says how to resume or "
-            "abandon it); the reset holds the pipeline itself while it works."
+            "has the pipeline locked (exit 76 when that run is gone or failed: the line says how to resume or "
+            "abandon it); the reset has the pipeline locked itself while it works."
         ),
     )
     p.add_argument("--pipeline", required=True, help="a registered pipeline (see `dataflow pipelines`)")

@@ -115,13 +115,13 @@ def run(args: argparse.Namespace) -> int:
 
 def refuse_pipeline_writes(sql: str) -> None:
     """One line, before any Spark starts, when `sql` writes a table a pipeline's runs own:
-    a write beside them is outside the one-writer rule (a micro-batch or backfill holding the
+    a write beside them is outside the one-writer rule (a micro-batch or backfill locking the
     pipeline would not know of it) and outside the pane history the results must net to.
     Input tables are the user's: writing them is how input arrives."""
     from dataflow_core.pipelines.registry import all_pipelines
     from dataflow_core.query import write_targets
     from dataflow_core.spark.sinks.batches import BATCHES_TABLE
-    from dataflow_core.spark.sinks.holds import pipeline_tables
+    from dataflow_core.spark.sinks.pipeline_lock import pipeline_tables
     from dataflow_core.spark.sinks.runs import RUNS_TABLE, WATERMARKS_TABLE
 
     owners = {t: f"pipeline {name!r}" for name, spec in all_pipelines().items() for t in pipeline_tables(spec)}

@@ -1,4 +1,4 @@
-"""`--wait [DURATION]`: a run that finds its pipeline held waits its turn instead of exiting
+"""`--wait [DURATION]`: a run that finds its pipeline locked waits its turn instead of exiting
 busy. Safe because a busy run stops before it reads or writes anything. Never for ever: at
 most DEFAULT_WAIT unless told, and not at all once the holder is gone or failed (its
 PipelineStuck is raised at once: that run frees the pipeline only when resumed or abandoned)."""
@@ -20,7 +20,7 @@ DEFAULT_WAIT = "1h"
 def add_wait_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--wait", nargs="?", const=DEFAULT_WAIT, default=None, metavar="DURATION",
-        help=f"while another run holds the pipeline and is working, wait for it (at most DURATION, e.g. 30m; "
+        help=f"while another run has the pipeline locked and is working, wait for it (at most DURATION, e.g. 30m; "
              f"without one, {DEFAULT_WAIT}) instead of exiting busy; a holder that is gone or failed ends the wait "
              "at once (exit 76)",
     )

@@ -39,7 +39,7 @@ RUNS = "dataflow_runs"
 WATERMARKS = "dataflow_watermarks"
 """The watermark of each stage at each step of a run (`spark.sinks.runs`)."""
 BATCHES = "dataflow_batches"
-"""The batch log: micro-batches, holds and their versions (`spark.sinks.batches`)."""
+"""The batch log: micro-batches, locks and their versions (`spark.sinks.batches`)."""
 SHARED = (BATCHES, RUNS, WATERMARKS)
 """The control tables every pipeline shares (one row names its pipeline)."""
 

@@ -58,21 +58,21 @@ def test_backfills_and_micro_batches_fence_each_other(spark, crash):
     assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 8 * M)).ledger_ok
 
     write_input(spark, spec.input_table, [r for r in rows if r[5] >= DAY0 + 8 * M], mode="append")
-    crash("deduplicated")  # a micro-batch stops half-way: it holds the pipeline
+    crash("deduplicated")  # a micro-batch stops half-way: it has the pipeline locked
     with pytest.raises(SimulatedCrash):
         run_microbatch(spark, spec.name, now=format_instant(DAY0 + 12 * M))
     crash(None)
-    with pytest.raises(PipelineBusy, match="a micro-batch holds it"):
+    with pytest.raises(PipelineBusy, match="a micro-batch has it locked"):
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 13 * M))
     assert run_microbatch(spark, spec.name, now=format_instant(DAY0 + 12 * M)).ledger_ok  # completes it
 
-    crash(f"{spec.stages[0].output}-planned")  # a backfill stops after planning: it holds the pipeline
+    crash(f"{spec.stages[0].output}-planned")  # a backfill stops after planning: it has the pipeline locked
     with pytest.raises(SimulatedCrash):
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 14 * M))
     crash(None)
     # (it failed, so it stands until resumed or abandoned: not busy, stuck, and saying how to resume it)
     resume = f"`dataflow backfill --pipeline {spec.name} --start 2024-05-01T00:00:00.000Z --end 2024-05-02T00:00:00.000Z`"
-    with pytest.raises(PipelineStuck, match=r"is held by backfill run backfill-\w+ .*which failed at .*SimulatedCrash"):
+    with pytest.raises(PipelineStuck, match=r"is locked by backfill run backfill-\w+ .*which failed at .*SimulatedCrash"):
         run_microbatch(spark, spec.name, now=format_instant(DAY0 + 15 * M))
     with pytest.raises(PipelineStuck, match=re.escape(resume)):  # another backfill (other arguments) too
         run_backfill(spark, spec.name, "2024-05-01", "2024-05-03", now=format_instant(DAY0 + 14 * M))
@@ -201,7 +201,7 @@ def _first_backfill_twins(spark, prefix: str):
 
 
 def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it_planned(spark, crash):
-    """A pipeline's first backfill (no results, no live state) stores no plan: its hold's
+    """A pipeline's first backfill (no results, no live state) stores no plan: its lock's
     record pins the input version it reads, and every window is a change. Stopped after each
     of its commit points in turn, with the input changed before each retry (a view deleted,
     one added in the range), then run to the end, it finishes as an uninterrupted twin over

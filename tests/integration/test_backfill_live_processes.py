@@ -40,7 +40,7 @@ NOW = format_instant(DAY0 + 11 * M)
 """The processing time of the killed backfills; the paused one runs a minute later."""
 KILLS = 1
 """Backfill processes killed before the one run to the end: each costs a JVM's start, and the
-in-process law (`test_backfill_holds.test_crash_and_change_law`) covers every crash point."""
+in-process law (`test_backfill_locks.test_crash_and_change_law`) covers every crash point."""
 KILL_WITHIN_S = 30.0
 """Kills come at random from start-up to this many seconds in: about as long as a whole run takes
 here (a run that finishes first is run again all the same)."""
@@ -118,7 +118,7 @@ def test_a_backfill_killed_at_random_moments_then_one_paused_while_the_input_cha
     """First, the backfill of a changed input (a view deleted, a late one appended) is killed
     with SIGKILL (its process group: driver, JVM, workers) after random delays, then run to
     the end. Then the input changes again while the next backfill is stopped with SIGSTOP
-    once it has read: a micro-batch is refused (the backfill holds the pipeline); SIGCONT, the
+    once it has read: a micro-batch is refused (the backfill has the pipeline locked); SIGCONT, the
     backfill finishes; a micro-batch and the next night's backfill then bring every figure to
     the input as it stands, and the micro-batches carry on. Set DATAFLOW_KILL_SEED to replay
     a failure."""
@@ -156,7 +156,7 @@ def test_a_backfill_killed_at_random_moments_then_one_paused_while_the_input_cha
             else:
                 pytest.fail("the backfill ended before reading: " + "".join(output))
             standing = _change(spark, standing, 2)
-            with pytest.raises(PipelineBusy, match="held by backfill"):
+            with pytest.raises(PipelineBusy, match="locked by backfill"):
                 run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 12 * M))
         finally:
             os.killpg(proc.pid, signal.SIGCONT)

@@ -15,7 +15,7 @@ from dataflow_core.spark.jobs.plans import apply_plan
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import read_table
 from dataflow_core.spark.sinks.corrections_plan import plan_table
-from dataflow_core.spark.sinks.holds import pipeline_tables
+from dataflow_core.spark.sinks.pipeline_lock import pipeline_tables
 from dataflow_core.spark.sinks.runs import APPLIED, PLANNED, REJECTED, plan_state
 from tests.integration.test_backfill import DAY0, M, billing_pipeline, ms, sessions_pipeline, write_input
 

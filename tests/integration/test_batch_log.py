@@ -19,7 +19,7 @@ def test_the_log_followed_through_own_appends_equals_a_fresh_read(spark):
     spec = sessions_pipeline("t_log", "t_log_in")
     other = sessions_pipeline("t_log_other", "t_log_other_in")
     ledger = Ledger()
-    # (pipeline, batch, stream batch, attempt, status[, holder]): a backfill's hold, claims,
+    # (pipeline, batch, stream batch, attempt, status[, holder]): a backfill's lock, claims,
     # finishes, a retry, a tick, a skip request, a reset, and another pipeline's row between two
     steps = [
         (spec, 0, None, 0, "started", "backfill b1"), (spec, 0, None, 0, "finished", "backfill b1"),
@@ -39,7 +39,7 @@ def test_the_log_followed_through_own_appends_equals_a_fresh_read(spark):
         assert followed == _fresh(spark, spec), (batch, status)
         live.append(followed.ran_live)
         read_log(spark, spec)  # cached again for the next append to follow
-    # live once a micro-batch finished (a backfill's hold does not make it live), not after a reset
+    # live once a micro-batch finished (a backfill's lock does not make it live), not after a reset
     assert live == [False, False, False, True, True, True, True, True, True, True, True, False, False], live
 
     log = read_log(spark, spec)

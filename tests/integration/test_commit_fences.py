@@ -1,4 +1,4 @@
-"""A run's commit fence (`delta.checked_commits`, a held run's `fenced_commits`) is its own:
+"""A run's commit fence (`delta.checked_commits`, a locked run's `fenced_commits`) is its own:
 it checks every commit of that run, those it makes in threads of its own at once included
 (`concurrent_writes`), and never another run's commit in the same process."""
 

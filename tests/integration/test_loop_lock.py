@@ -20,10 +20,10 @@ from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.platform.tables import read_table
 from dataflow_core.spark.sinks.files import create_exclusive, delete_file
-from dataflow_core.spark.sinks.holders import Owner
+from dataflow_core.spark.sinks.lock_holders import Owner
 from dataflow_core.spark.sinks.loop_lock import TIMEOUT_ENV, LockHolder, LockLost, LoopLock, lock_holder, lock_path
 from tests.integration.test_backfill import M, to_rows, write_input
-from tests.integration.test_backfill_holds import _read_until
+from tests.integration.test_backfill_locks import _read_until
 from tests.integration.test_backfill_live_processes import dataflow_process
 from tests.integration.test_microbatch import in_warehouse
 from tests.integration.test_one_history import VIEWS, _billing

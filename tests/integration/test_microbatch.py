@@ -178,7 +178,7 @@ def test_a_backfill_corrects_live_results_and_later_batches_carry_on_from_the_co
     for stage in live.stages:
         assert results_of(spark, stage) == want[stage.output], stage.output
     log = read_table(spark, f"{live.stages[0].output}_panes")
-    # batch 1 is the backfill's hold on the pipeline; batch 2 is the next micro-batch
+    # batch 1 is the backfill's lock on the pipeline; batch 2 is the next micro-batch
     merged = log.where("user_id = 'u1' AND is_retraction AND run_id = 'batch-2'").select("value").collect()
     assert [r["value"] for r in merged] == [5], "batch 2 retracts the backfill's pane (views at 60, 120, 400, 650, 900 s)"
 
@@ -393,7 +393,7 @@ def test_a_micro_batch_commits_once_to_each_table_it_changes_and_twice_to_the_ba
     each for the ids it accepts, its bad rows, its panes, its results and its state. A tick
     with nothing due commits nothing."""
     from dataflow_core.spark.platform.delta import table_version
-    from dataflow_core.spark.sinks.holds import pipeline_tables
+    from dataflow_core.spark.sinks.pipeline_lock import pipeline_tables
 
     n = next(_names)
     spec = billing_pipeline(f"t_commits_{n}", f"t_commits_in_{n}")

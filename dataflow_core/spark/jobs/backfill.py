@@ -17,9 +17,9 @@ touch each other's windows; the read is widened by the first stage's window reac
 (`WindowFn.reach`) just enough to complete the windows of the range (for merging windows,
 until no window of the range reaches the edge of what was read).
 
-One writer at a time: a run holds the pipeline (`sinks.holds`) before it reads, and reads
-the version of the input its hold pinned however often it is resumed; it records itself
-finished (or failed, with its reason) and only then releases the hold.
+One writer at a time: a run has the pipeline locked (`sinks.pipeline_lock`) before it reads, and reads
+the version of the input its lock pinned however often it is resumed; it records itself
+finished (or failed, with its reason) and only then releases the lock.
 
 With `plan_only` a batch run stops once every stage's plan is stored, records itself
 `planned` and releases the pipeline; `jobs.plans` applies or rejects the plan later.
@@ -47,9 +47,9 @@ from dataflow_core.spark.jobs.replay import replay_range
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import gone_cause
 from dataflow_core.spark.sinks.definitions import record_definitions, refuse_changed_definitions
-from dataflow_core.spark.sinks.holders import Heartbeat, this_owner
-from dataflow_core.spark.sinks.fencing import check_hold, fenced_commits
-from dataflow_core.spark.sinks.holds import Hold, planned_from, release, release_finished, take_hold
+from dataflow_core.spark.sinks.lock_holders import Heartbeat, this_owner
+from dataflow_core.spark.sinks.fencing import check_lock, fenced_commits
+from dataflow_core.spark.sinks.pipeline_lock import PipelineLock, planned_from, release, release_finished, take_lock
 from dataflow_core.spark.sinks.results import corrected_results, current_results, standing_panes
 from dataflow_core.spark.sinks.runs import (
     APPLIED, Ledger, Run, RunResult, fail_run, finish_run, record_decision, record_planned,
@@ -75,7 +75,7 @@ def run_backfill(
     plan_only: bool = False,
 ) -> RunResult:
     """Runs one backfill (see the module docstring); returns its run id and ledger.
-    PipelineBusy (before anything is read or written) while another run holds the pipeline.
+    PipelineBusy (before anything is read or written) while another run has the pipeline locked.
     `plan_only`: store the plan of corrections, apply none (`jobs.plans`)."""
     spec = get(pipeline)
     span = EventRange(parse_time(start, "--start"), parse_time(end, "--end"))
@@ -93,19 +93,19 @@ def run_backfill(
     if plan_only:  # a plan is a run of its own: a plain backfill of the range never resumes it
         args["plan_only"] = True
     refuse_changed_definitions(spark, spec)
-    hold = take_hold(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
-    run = hold.run
+    lock = take_lock(spark, spec, "replay" if replay else "backfill", args, now_ms, say)
+    run = lock.run
     if not run.resumed:
-        say(f"run {run.run_id} holds pipeline {spec.name} (batch {hold.record.batch}) at processing time "
-            f"{format_instant(run.now)}, reading version {hold.input_version} of {spec.input_table}; "
+        say(f"run {run.run_id} has locked pipeline {spec.name} (batch {lock.record.batch}) at processing time "
+            f"{format_instant(run.now)}, reading version {lock.input_version} of {spec.input_table}; "
             f"micro-batches and other backfills wait until it {'has planned' if plan_only else 'finishes'}")
-    result = run_held(spark, spec, span, hold, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
+    result = run_locked(spark, spec, span, lock, say, replay=replay, interval=interval, fast=fast, plan_only=plan_only)
     if not (run.resumed and not replay and not plan_only):
         return result
-    changed = _input_changed_since(spark, spec, span, hold.input_version)
+    changed = _input_changed_since(spark, spec, span, lock.input_version)
     if not changed:
         return result
-    say(f"run {run.run_id} resumed and finished at the input's version {hold.input_version}, pinned when it began; "
+    say(f"run {run.run_id} resumed and finished at the input's version {lock.input_version}, pinned when it began; "
         f"{changed} since: correcting the range again with the input as it is now")
     return run_backfill(spark, pipeline, start, end, now=now, fast=fast, progress=progress)
 
@@ -116,7 +116,7 @@ def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: in
     it promises the range as the input stands when it ran."""
     from dataflow_core.spark.jobs.plan_staleness import span_read, stale_tables
     from dataflow_core.spark.platform.delta import table_version
-    from dataflow_core.spark.sinks.holds import input_key
+    from dataflow_core.spark.sinks.pipeline_lock import input_key
 
     key = input_key(spec.name)
     moved = stale_tables(spark, spec, {key: pinned}, {key: table_version(spark, spec.input_table)}, span,
@@ -124,25 +124,25 @@ def _input_changed_since(spark, spec: PipelineSpec, span: EventRange, pinned: in
     return "; ".join(m.describe() for m in moved)
 
 
-def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: Hold, say: Progress_,
+def run_locked(spark: "SparkSession", spec: PipelineSpec, span: EventRange, lock: PipelineLock, say: Progress_,
              replay: bool = False, interval: int | None = None, fast: bool | None = None, plan_only: bool = False,
              decided_by: str | None = None) -> RunResult:
-    """The run `hold` holds the pipeline for, to its end: recorded finished (or `planned`,
+    """The run `lock` has the pipeline locked for, to its end: recorded finished (or `planned`,
     with the versions it was planned from; `applied` too, by `decided_by`, for a plan being
-    applied) or failed, and the hold released last (until then, a re-run resumes this run)."""
-    run = hold.run
+    applied) or failed, and the lock released last (until then, a re-run resumes this run)."""
+    run = lock.run
     planned: list[StageSpec] = []  # stages with a plan of corrections (batch mode)
     # While it works, the run beats (others tell it from a run that is gone) and each of its
-    # commits checks its hold first (an abandoned run writes nothing more).
-    with Heartbeat(spark, spec.name, run.run_id, hold.owner or this_owner()), fenced_commits(spark, spec, hold):
+    # commits checks its lock first (an abandoned run writes nothing more).
+    with Heartbeat(spark, spec.name, run.run_id, lock.owner or this_owner()), fenced_commits(spark, spec, lock):
         try:
             if replay:
-                ledger = replay_range(spark, spec, span, interval, run, say, hold.input_version)  # type: ignore[arg-type]
+                ledger = replay_range(spark, spec, span, interval, run, say, lock.input_version)  # type: ignore[arg-type]
             else:
-                ledger = _batch(spark, spec, span, hold, fast, say, planned, plan_only)
-            check_hold(spark, spec, hold)
+                ledger = _batch(spark, spec, span, lock, fast, say, planned, plan_only)
+            check_lock(spark, spec, lock)
             if plan_only:
-                versions = planned_from(spec, hold)
+                versions = planned_from(spec, lock)
                 store_previews(spark, spec, run, versions)
                 record_planned(spark, run, ledger, versions)
                 result = RunResult(run.run_id, ledger.as_dict(), run.now)
@@ -162,14 +162,14 @@ def run_held(spark: "SparkSession", spec: PipelineSpec, span: EventRange, hold: 
     elif planned:  # a finished run is never resumed: its plans have served
         say(f"run {run.run_id} finished; dropping its plans of corrections")
     if plan_only:
-        release(spark, spec, hold.record, None)
+        release(spark, spec, lock.record, None)
     else:  # last: until here, a re-run resumes this run
-        release_finished(spark, spec, hold.record, run.run_id, planned, ledger)
+        release_finished(spark, spec, lock.record, run.run_id, planned, ledger)
     return result
 
 
 def _record_failure(spark, run: Run, exc: BaseException) -> None:
-    """The run's `failed` row with a one-line reason; the hold stays, so the same command
+    """The run's `failed` row with a one-line reason; the lock stays, so the same command
     resumes the run (or `--abandon` undoes it). Best effort: the error itself is raised."""
     try:
         fail_run(spark, run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
@@ -192,14 +192,14 @@ def _check_first_stage(spec: PipelineSpec) -> None:
 # --- batch --------------------------------------------------------------------------
 
 
-def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
+def _batch(spark, spec: PipelineSpec, span: EventRange, lock: PipelineLock, fast, say,
            planned_stages: list[StageSpec], plan_only: bool = False) -> Ledger:
     """Every window of the range recomputed and corrected, stage by stage, from the input as
-    of the version the hold pinned. The stages that got a plan of corrections are added to
+    of the version the lock pinned. The stages that got a plan of corrections are added to
     `planned_stages`. A resumed run whose input version is gone fails with one line."""
-    run, version = hold.run, hold.input_version
+    run, version = lock.run, lock.input_version
     try:
-        return _corrected(spark, spec, span, hold, fast, say, planned_stages, version, plan_only)
+        return _corrected(spark, spec, span, lock, fast, say, planned_stages, version, plan_only)
     except Exception as exc:
         cause = gone_cause(exc) if run.resumed else None
         if cause is None:
@@ -212,30 +212,30 @@ def _batch(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
         ) from None
 
 
-def _corrected(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say,
+def _corrected(spark, spec: PipelineSpec, span: EventRange, lock: PipelineLock, fast, say,
                planned: list[StageSpec], version: int, plan_only: bool) -> Ledger:
     """`_batch` on the input as of `version`; a plan quarantines nothing (its apply does).
     The range's bad rows are written while its windows are computed and written
     (`range_input.read_range`)."""
     ledger = Ledger()
-    read = read_range(spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)), hold.run,
+    read = read_range(spark, spec, span, span.widened(*read_margins(spec.stages[0].strategy.window_fn)), lock.run,
                       ledger, say, version, quarantine=not plan_only)
     try:
-        _first_stage(spark, spec, span, hold, fast, say, planned, version, plan_only, ledger, read)
+        _first_stage(spark, spec, span, lock, fast, say, planned, version, plan_only, ledger, read)
     except BaseException:
         read.wait(failed=True)
         raise
     return ledger
 
 
-def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, say, planned: list[StageSpec],
+def _first_stage(spark, spec: PipelineSpec, span: EventRange, lock: PipelineLock, fast, say, planned: list[StageSpec],
                  version: int, plan_only: bool, ledger: Ledger, read: RangeRead) -> None:
     """`_corrected`'s work once the range is `read` (its bad rows waited for before its
     cache goes), then the later stages'."""
     from pyspark.sql import functions as F
 
-    run = hold.run
-    live = hold.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
+    run = lock.run
+    live = lock.record.watermarks or None  # the stages' live watermarks, when micro-batches ran it
     first = spec.stages[0]
     wfn = first.strategy.window_fn
     before, after = read_margins(wfn)
@@ -270,19 +270,19 @@ def _first_stage(spark, spec: PipelineSpec, span: EventRange, hold: Hold, fast, 
         ledger.accepted, ledger.duplicates = int(counts["unique"]), int(counts["lost"] or 0)
     ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late
     say(f"{ledger.accepted:,} unique events, {ledger.duplicates:,} duplicate deliveries; computing windows")
-    check_hold(spark, spec, hold)
+    check_lock(spark, spec, lock)
     outcome = correct_stage(spark, spec, first, finals, els, run, ledger, say, owned=span, live_watermarks=live,
                             input_version=version, plan_only=plan_only,
-                            had_results=hold.record.versions.get(first.output, -1) >= 0)
+                            had_results=lock.record.versions.get(first.output, -1) >= 0)
     if outcome.planned:
         planned.append(first)
     finals.unpersist()
     read.wait()
     cached.unpersist()
-    _later_stages(spark, spec, hold, ledger, fast, say, planned, plan_only, outcome.results)
+    _later_stages(spark, spec, lock, ledger, fast, say, planned, plan_only, outcome.results)
 
 
-def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, say, planned: list[StageSpec],
+def _later_stages(spark, spec: PipelineSpec, lock: PipelineLock, ledger: Ledger, fast, say, planned: list[StageSpec],
                   plan_only: bool, fixes: "DataFrame | None") -> None:
     """Each later stage corrected from its upstream's results. Applied, those are the
     table, corrected by the stage before. Planned only (`fixes`: the upstream's planned
@@ -291,7 +291,7 @@ def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, s
     stored plans are then applied in order, each against what the plan was made from);
     planning stage by stage, each after the one before was applied, would leave nothing
     to preview beyond the first stage."""
-    run, live = hold.run, hold.record.watermarks or None
+    run, live = lock.run, lock.record.watermarks or None
     for up, stage in zip(spec.stages, spec.stages[1:]):
         current = current_results(spark, up)
         if plan_only and fixes is not None:
@@ -300,7 +300,7 @@ def _later_stages(spark, spec: PipelineSpec, hold: Hold, ledger: Ledger, fast, s
             continue
         mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
         stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, fast)
-        check_hold(spark, spec, hold)
+        check_lock(spark, spec, lock)
         outcome = correct_stage(spark, spec, stage, stage_finals, mapped, run, ledger, say, owned=None,
                                 live_watermarks=live, plan_only=plan_only)
         if outcome.planned:

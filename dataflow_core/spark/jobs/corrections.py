@@ -6,9 +6,9 @@
    window's next pane after its standing one, retractions in retracting mode. The plan
    (`sinks.corrections_plan`) is committed before any write: the changed windows, or with
    live state the corrections themselves, so that a resumed run applies the same ones. A
-   first stage that had no results and no live state when the run took its hold stores no
-   plan: every window is a change, computed from the input version the hold pinned, which
-   the hold's record already says (so a resumed run, finding the results its first attempt
+   first stage that had no results and no live state when the run took its lock stores no
+   plan: every window is a change, computed from the input version the lock pinned, which
+   the lock's record already says (so a resumed run, finding the results its first attempt
    wrote, still recomputes them all; and a first backfill commits, then deletes, no plan).
 3. The writes: pane log, results (the window's total), where micro-batches keep live state
    for the pipeline the state (the corrected windows' accumulators rebuilt from the
@@ -68,14 +68,14 @@ def correct_stage(
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
     `input_version` the version of the pipeline's input table they come from (first stage),
-    `had_results` whether the stage had a results table when the run took its hold.
+    `had_results` whether the stage had a results table when the run took its lock.
     `plan_only`: store the plan and count what it would do, write nothing else."""
     watermark = END_OF_TIME if live_watermarks is None else live_watermarks.get(stage.output, END_OF_TIME)
     live = live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     # (a plan being applied is a resumed run with a stored plan, whatever the stage had)
     recompute = plan is None and input_version is not None and not (had_results or live or plan_only)
-    if recompute:  # the hold's record is the plan (see the module docstring): nothing stored
+    if recompute:  # the lock's record is the plan (see the module docstring): nothing stored
         plan = Plan(None, watermark, True, input_version)
     elif plan is None:
         plan = _store_plan(spark, spec, stage, finals, elements, run, owned, watermark, live)

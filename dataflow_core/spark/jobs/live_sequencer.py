@@ -37,7 +37,7 @@ from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
     ATTEMPTS, BatchRecord, append_record, claim, fence, log_version, next_batch, read_log, records,
 )
-from dataflow_core.spark.sinks.holds import ensure_control_tables, refuse_if_held, release_if_finished
+from dataflow_core.spark.sinks.pipeline_lock import ensure_control_tables, refuse_if_locked, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table
@@ -53,7 +53,7 @@ Done = tuple[BatchRecord, Ledger]
 
 def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say: Callable[[str], None],
                  token: str) -> Done | None:
-    """Before reading input: refuse while a backfill holds the pipeline, complete a tick
+    """Before reading input: refuse while a backfill has the pipeline locked, complete a tick
     batch that did not finish (returned), and make sure the input table exists. An estimator
     only a bounded replay can feed is refused first (`observe.refuse_live`)."""
     refuse_live(spec.name, spec.watermark())
@@ -62,7 +62,7 @@ def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say
     pending = records(spark, spec)
     if pending and release_if_finished(spark, spec, pending[0]):
         pending = records(spark, spec)
-    refuse_if_held(spark, spec, pending[0] if pending else None)
+    refuse_if_locked(spark, spec, pending[0] if pending else None)
     finished = None
     if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
         say(f"finishing tick batch {pending[0]['batch']} that did not complete")
@@ -109,10 +109,10 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
     nothing due (`_idle_tick`)."""
     log = read_log(spark, spec)  # one read of dataflow_batches for the records and the stream
     known = log.records
-    # a backfill's hold of a pipeline not yet live carries no live clock: not a batch to follow
+    # a backfill's lock of a pipeline not yet live carries no live clock: not a batch to follow
     last_finished = next((r for r in known if r["status"] == "finished"), None) if log.ran_live else None
     latest = known[0] if known else None
-    refuse_if_held(spark, spec, latest)
+    refuse_if_locked(spark, spec, latest)
     if stream_batch is not None:
         done_stream, done_id, done_batch = log.committed
         if done_id is not None and stream_id is not None and done_id != stream_id:

@@ -53,7 +53,7 @@ def run_microbatch(
 ) -> RunResult:
     """Every input row committed since the last batch, as one or more micro-batches (a
     tick when there is none and something is due). Raises PipelineBusy when another run
-    holds the pipeline. Its queries run interpreted (`session.MICRO_BATCH_SQL`).
+    has the pipeline locked. Its queries run interpreted (`session.MICRO_BATCH_SQL`).
     `first_read`: how the stream reads while it has no checkpoint (`input.going_live`)."""
     with settings_unless_configured(spark, MICRO_BATCH_SQL):
         return _microbatch(spark, pipeline, now, progress, first_read)
@@ -119,7 +119,7 @@ def run_loop(
     so a batch pays no query start-up; each of its batches, and a tick whenever an interval
     brings no input and something is due, is a micro-batch of `run_microbatch`'s kind at
     the clock's time, with its result handed to `on_result`. Runs until `stop` is set (or
-    Ctrl-C), letting the batch under way finish; while another run holds the pipeline it
+    Ctrl-C), letting the batch under way finish; while another run has the pipeline locked it
     waits and tries again. Its queries run interpreted (`session.MICRO_BATCH_SQL`)."""
     with settings_unless_configured(spark, MICRO_BATCH_SQL):
         _loop(spark, pipeline, every_s, progress, on_result, stop, first_read)

@@ -6,7 +6,7 @@ planned_corrections`), not from a description of it: each window's new value is 
 results row the apply will write (or its deletion), its panes and retractions are the
 pane-log rows it will append, and its old value is the results row as it stood at the
 version the plan was made from. So the preview is what the apply does, by construction. It
-is stored beside the plan (`corrections_plan.write_preview`) while the plan's hold still
+is stored beside the plan (`corrections_plan.write_preview`) while the plan's lock still
 stands, so showing it later needs no executors and no old table version, and a reader
 without Spark (the explorer's fast reader) reads the same rows.
 """

@@ -26,7 +26,7 @@ from dataflow_core.spark.jobs.range_input import read_margins
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.platform.driver_delta import commit_actions
 from dataflow_core.spark.platform.tables import table_path
-from dataflow_core.spark.sinks.holds import input_key, pipeline_tables
+from dataflow_core.spark.sinks.pipeline_lock import input_key, pipeline_tables
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.seen_ids import seen_table
 

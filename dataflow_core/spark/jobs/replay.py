@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 def replay_range(spark: "SparkSession", spec: PipelineSpec, span: EventRange, interval: int, run: Run,
                  say: Callable[[str], None], version: int | None = None) -> Ledger:
-    """The range's input (as of `version`, the one the run's hold pinned) replayed in
+    """The range's input (as of `version`, the one the run's lock pinned) replayed in
     arrival order; returns the ledger."""
     ledger = Ledger()
     read = read_range(spark, spec, span, span, run, ledger, say, version)

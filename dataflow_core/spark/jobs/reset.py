@@ -7,7 +7,7 @@ Delta transaction ids with them, and tables that stay (the outputs, `dataflow_ba
 never see an old batch number again, so no write of the new life is skipped as a retry of
 the old one. The next micro-batch reads the input from the start, as a new pipeline would.
 
-A reset holds the pipeline from before it deletes anything until its `reset` row (a run of
+A reset has the pipeline locked from before it deletes anything until its `reset` row (a run of
 its own, `reset`, claimed as a backfill claims it): nothing else writes meanwhile, and a
 reset that stops midway is finished by the same command (or abandoned). It also takes the
 loop's lock (`sinks.loop_lock`) for as long as it works: refused while a `--loop` holds it,
@@ -23,8 +23,8 @@ from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
 from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
-from dataflow_core.spark.sinks.holders import Heartbeat, forget_beat
-from dataflow_core.spark.sinks.holds import take_hold
+from dataflow_core.spark.sinks.lock_holders import Heartbeat, forget_beat
+from dataflow_core.spark.sinks.pipeline_lock import take_lock
 from dataflow_core.spark.sinks.loop_lock import LoopLock
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
@@ -40,9 +40,9 @@ def reset_pipeline(
     abandon: int | None = None,
 ) -> list[str]:
     """Reset `pipeline` (see the module docstring); returns what was deleted. Refused while
-    a run holds the pipeline, unless the operator abandons that unfinished micro-batch by its
+    a run has the pipeline locked, unless the operator abandons that unfinished micro-batch by its
     number (`abandon`: it fails on every retry and cannot be skipped; no run of it may be going);
-    PipelineStuck when the run holding it is gone or failed."""
+    PipelineStuck when the run locking it is gone or failed."""
     spec = get(pipeline)
     say = progress or (lambda _m: None)
     # the loop's lock (`sinks.loop_lock`): refused while a loop runs, and none starts until the reset is done
@@ -61,16 +61,16 @@ def _reset(spark: "SparkSession", spec: PipelineSpec, drop_outputs: bool, say: C
             f"{spec.name} --skip-batch {known[0]['batch']}`); reset refused, nothing deleted"
         )
     args = {"drop_outputs": drop_outputs, "abandon_batch": abandon}
-    hold = take_hold(spark, spec, "reset", args, None, say, past_batch=abandon if abandoned else None)
-    with Heartbeat(spark, spec.name, hold.run.run_id, hold.owner):
+    lock = take_lock(spark, spec, "reset", args, None, say, past_batch=abandon if abandoned else None)
+    with Heartbeat(spark, spec.name, lock.run.run_id, lock.owner):
         try:
             deleted = _deleted(spark, spec, drop_outputs)
-            number = mark_reset(spark, spec)  # the hold ends with it: what came before is another life
-            finish_run(spark, hold.run, Ledger())
+            number = mark_reset(spark, spec)  # the lock ends with it: what came before is another life
+            finish_run(spark, lock.run, Ledger())
         except BaseException as exc:
-            fail_run(spark, hold.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
+            fail_run(spark, lock.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
             raise
-    forget_beat(spark, spec.name, hold.run.run_id)
+    forget_beat(spark, spec.name, lock.run.run_id)
     say(f"pipeline {spec.name}: deleted {', '.join(deleted) or 'nothing'}; live runs start afresh "
         f"(next batch {number + 1}, reading the input from the start)")
     return deleted

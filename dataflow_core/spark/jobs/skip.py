@@ -62,7 +62,7 @@ def request_skip(spark: "SparkSession", pipeline: str, batch: int, reason: str =
         raise DataflowError(f"pipeline {spec.name!r}: batch {batch} has {latest['status']}; there is nothing to skip")
     if holder_of(latest) != MICROBATCH:
         raise DataflowError(
-            f"pipeline {spec.name!r}: batch {batch} is the hold of {holder_of(latest)}, not a micro-batch; "
+            f"pipeline {spec.name!r}: batch {batch} is the lock of {holder_of(latest)}, not a micro-batch; "
             "finish the backfill by running it again with the same arguments, or undo it: "
             f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`"
         )

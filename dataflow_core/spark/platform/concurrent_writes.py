@@ -5,7 +5,7 @@ rows and seen ids) go to different tables, each under an idempotent key of its o
 none reads what another writes. Made one after the other, each waits for the others'
 driver work (planning, Delta's snapshot and commit) while the cores sit idle; made at once,
 one write's driver work runs beside another's Spark job. Exactly once does not depend on
-their order: a retry reads what the first attempt read (recorded versions, or the hold's
+their order: a retry reads what the first attempt read (recorded versions, or the lock's
 input version) and skips whatever commit already landed, in any subset.
 
 Each write gets a session of its own, a clone of the caller's (its settings, registered

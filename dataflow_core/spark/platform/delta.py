@@ -62,7 +62,7 @@ worker's), while the writes a run starts in threads of their own carry its conte
 def checked_commits(check: Callable[[str], None]) -> Iterator[None]:
     """While inside, `check(table name)` runs before each commit made through `append_rows`
     or `merge_rows` in this context (this thread, and the writes it starts; see
-    `_COMMIT_CHECKS`), and raises to stop it: a held run's fence (`sinks.holds.fenced_commits`)."""
+    `_COMMIT_CHECKS`), and raises to stop it: a locked run's fence (`sinks.fencing.fenced_commits`)."""
     token = _COMMIT_CHECKS.set((*_COMMIT_CHECKS.get(), check))
     try:
         yield
@@ -247,8 +247,8 @@ def _created_with(
 
     A CREATE TABLE AS SELECT refuses a folder that exists, and a process killed while it
     made the table leaves one (its log folder, data files) with no version committed: every
-    retry would fail. Such a folder holds nothing readable, and the run writing it holds the
-    pipeline, so it is removed and the table made once more (`again`)."""
+    retry would fail. Such a folder holds nothing readable, and the run writing it has the
+    pipeline locked, so it is removed and the table made once more (`again`)."""
     from pyspark.sql import functions as F
 
     if "_delete" in rows.columns:

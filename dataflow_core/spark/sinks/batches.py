@@ -65,9 +65,9 @@ class BatchRecord:
     stream_id: str | None = None
     watermarks: dict[str, Instant] = field(default_factory=dict)
     estimator: Any = None  # the watermark estimator after the batch (or its state, as JSON text)
-    holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill holding the pipeline
+    holder: str = MICROBATCH  # "microbatch", or "backfill <run id>" for a backfill locking the pipeline
     skip: str | None = None  # the operator's reason when this batch is skipped (its rows quarantined)
-    note: str | None = None  # a hold's run (`sinks.holds`, JSON), kept in `reason` as a skip's reason is
+    note: str | None = None  # a lock's run (`sinks.pipeline_lock`, JSON), kept in `reason` as a skip's reason is
     fenced_at: int = -1  # dataflow_batches' version when `fence` last found no later attempt (not stored)
 
 
@@ -89,7 +89,7 @@ class BatchLog:
     committed: tuple[int | None, str | None, int | None]
     ran_live: bool = False
     """Whether a micro-batch finished since the last reset: until then the pipeline is not
-    live, whatever backfills held it, and its first micro-batch takes their windows over."""
+    live, whatever backfills locked it, and its first micro-batch takes their windows over."""
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ What is stored depends on what the corrections follow from:
   pane and results row;
 - with live state, the corrections (`'pane'`, `'result'`, `'state'` rows): they also depend
   on the live state and the input, which the run itself rewrites;
-- for a first stage with neither results nor live state when the run took its hold (a
+- for a first stage with neither results nor live state when the run took its lock (a
   pipeline's first backfill), nothing: every window it computes is a change, and a resumed
-  run computes them again from the input version its hold pinned (`Plan.input_version`), so
-  the hold's record is the plan (`jobs.corrections`). A plan made for approval
+  run computes them again from the input version its lock pinned (`Plan.input_version`), so
+  the lock's record is the plan (`jobs.corrections`). A plan made for approval
   (`--plan-only`) stores the changed windows instead, so that its preview can list them.
 
 A plan made for approval also stores its preview (`kind = 'preview'`, one row per window it
@@ -79,7 +79,7 @@ def read_plan(spark: "SparkSession", stage: StageSpec, run_id: str) -> Plan | No
     name = plan_table(stage)
     if not table_exists(spark, name):
         return None
-    # 'recompute' rows were a first backfill's plan before its hold's record was (same content)
+    # 'recompute' rows were a first backfill's plan before its lock's record was (same content)
     kinds = ~F.col("kind").isin(PREVIEW, "recompute")
     plan = read_table(spark, name).where((F.col("run_id") == run_id) & kinds).drop("run_id")
     marks = [c for c in ("kind", WATERMARK, EVERY_WINDOW) if c in plan.columns]

@@ -62,7 +62,7 @@ def _sql_text(value: str) -> str:
 def record_definitions(spark: "SparkSession", spec: PipelineSpec) -> None:
     """Record each stage's definition on its tables that hold none (a table property: one
     metadata commit, once in a table's life). Called by a run after its writes, while it
-    still holds the pipeline; a run that dies before recording leaves the tables it made
+    still has the pipeline locked; a run that dies before recording leaves the tables it made
     unrecorded, and the next run records its own definition there."""
     for stage in spec.stages:
         text = _sql_text(json.dumps(stage.strategy.definition(), sort_keys=True))

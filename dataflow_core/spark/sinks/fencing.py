@@ -1,9 +1,9 @@
-"""Fencing and abandoning a held run (the hold itself, taken and released: `sinks.holds`).
+"""Fencing and abandoning a locked run (the lock itself, taken and released: `sinks.pipeline_lock`).
 
-Every commit of a held run is fenced: it checks that the hold stands first (`fenced_commits`,
-`check_hold`), as a micro-batch's commits check their claim. `abandon` is the operator's way
+Every commit of a locked run is fenced: it checks that the lock stands first (`fenced_commits`,
+`check_lock`), as a micro-batch's commits check their claim. `abandon` is the operator's way
 out of a run that fails on every re-run: the pipeline's tables go back to the versions its
-hold found, the run is recorded failed and the hold released. A run still working is
+lock found, the run is recorded failed and the lock released. A run still working is
 abandoned only when forced, and then its idempotent keys in every table are spent first
 (`_fence_keys`), so a commit under way when it was abandoned is refused by Delta itself.
 """
@@ -19,8 +19,9 @@ from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import checked_commits, table_version
 from dataflow_core.spark.sinks.batches import holder_of, log_version, read_log
 from dataflow_core.spark.sinks.corrections_plan import plan_table
-from dataflow_core.spark.sinks.holds import (
-    BACKFILL_HOLDER, Hold, ensure_control_tables, holder_gone, owner_words, pipeline_tables, record_of, release,
+from dataflow_core.spark.sinks.pipeline_lock import (
+    BACKFILL_LOCK_HOLDER, PipelineLock, ensure_control_tables, lock_holder_gone, owner_words, pipeline_tables, record_of,
+    release,
 )
 from dataflow_core.spark.sinks.runs import Run, fail_run
 
@@ -28,30 +29,30 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 
-def check_hold(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> None:
-    """Stop a run whose hold no longer stands (an operator abandoned it) before it writes
+def check_lock(spark: "SparkSession", spec: PipelineSpec, lock: PipelineLock) -> None:
+    """Stop a run whose lock no longer stands (an operator abandoned it) before it writes
     again: its tables were restored, and what it would write next belongs to no history."""
     version = log_version(spark)
-    if version == hold.record.fenced_at:
+    if version == lock.record.fenced_at:
         return
     latest = (read_log(spark, spec).records or [None])[0]  # of this version or a later one
-    if not latest or latest["status"] != "started" or holder_of(latest) != hold.record.holder:
+    if not latest or latest["status"] != "started" or holder_of(latest) != lock.record.holder:
         raise PipelineBusy(
-            f"pipeline {spec.name!r}: run {hold.run.run_id} no longer holds it (abandoned); it stopped writing"
+            f"pipeline {spec.name!r}: run {lock.run.run_id} no longer holds its lock (abandoned); it stopped writing"
         )
-    hold.record.fenced_at = version
+    lock.record.fenced_at = version
 
 
 @contextmanager
-def fenced_commits(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> Iterator[None]:
+def fenced_commits(spark: "SparkSession", spec: PipelineSpec, lock: PipelineLock) -> Iterator[None]:
     """While inside, every commit this process makes to a table of the pipeline checks first
-    that `hold` stands (`check_hold`), as a micro-batch's commits check their claim: a run
+    that `lock` stands (`check_lock`), as a micro-batch's commits check their claim: a run
     abandoned while it works writes nothing more."""
     tables = set(pipeline_tables(spec))
 
     def check(name: str) -> None:
         if name in tables:
-            check_hold(spark, spec, hold)
+            check_lock(spark, spec, lock)
 
     with checked_commits(check):
         yield
@@ -60,10 +61,10 @@ def fenced_commits(spark: "SparkSession", spec: PipelineSpec, hold: Hold) -> Ite
 def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[str], None],
             force: bool = False) -> list[str]:
     """The operator's way out of a backfill that fails on every re-run (a poison row, a key
-    too big for a worker): every table of the pipeline goes back to the version its hold
+    too big for a worker): every table of the pipeline goes back to the version its lock
     found (Delta's RESTORE; nothing else wrote them since), the run is recorded failed and
-    the hold released, so micro-batches carry on as if it never ran. Refused for a run that
-    does not hold the pipeline, and for one still working unless `force`: then its
+    the lock released, so micro-batches carry on as if it never ran. Refused for a run that
+    does not lock the pipeline, and for one still working unless `force`: then its
     idempotent keys are spent in every table first (`_fence_keys`), so that no commit of it
     lands after the RESTORE, and it stops at its next commit (`fenced_commits`). Returns the
     tables restored."""
@@ -72,10 +73,10 @@ def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[st
     spec = get(pipeline)
     ensure_control_tables(spark)
     latest = (read_log(spark, spec).records or [None])[0]
-    if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_HOLDER + run_id:
+    if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_LOCK_HOLDER + run_id:
         what = "nothing" if not latest or latest["status"] != "started" else holder_of(latest)
-        raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not hold it ({what} does); nothing abandoned")
-    what = holder_gone(spark, spec, latest)
+        raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not have it locked ({what} does); nothing abandoned")
+    what = lock_holder_gone(spark, spec, latest)
     if what is None and not force:
         raise DataflowError(
             f"pipeline {spec.name!r}: run {run_id} is still working ({owner_words(spark, spec, latest)}); abandoning it "
@@ -93,7 +94,7 @@ def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[st
     rec.note = json.dumps({**note, "abandoned": True})
     release(spark, spec, rec, None)
     say(f"pipeline {spec.name}: run {run_id} abandoned; restored {', '.join(restored) or 'no table'} to the versions "
-        "its hold found; micro-batches and backfills may run again")
+        "its lock found; micro-batches and backfills may run again")
     return restored
 
 
@@ -112,7 +113,7 @@ def _fence_keys(spark: "SparkSession", spec: PipelineSpec, run_id: str) -> None:
 
     for name in pipeline_tables(spec):
         if table_version(spark, name) < 0:
-            continue  # a table it makes later: its commits there check the hold first
+            continue  # a table it makes later: its commits there check the lock first
         path = table_path(spark, name)
         keys = [f"dataflow:{spec.name}:{name}:{run_id}"]
         if name in {plan_table(stage) for stage in spec.stages}:

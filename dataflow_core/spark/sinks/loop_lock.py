@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.spark.sinks.files import create_exclusive, delete_file, read_text
-from dataflow_core.spark.sinks.holders import Heartbeat, Owner, forget_beat, lapsed, last_beat, this_owner
+from dataflow_core.spark.sinks.lock_holders import Heartbeat, Owner, forget_beat, lapsed, last_beat, this_owner
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -4,7 +4,7 @@
 time it runs at), then a `finished` row with its ledger, or a `failed` row with its one-line
 reason. Every row is written under an idempotent key (run id and status), so a resumed run
 records each once. Whether a run resumes is not decided here: a backfill resumes while its
-hold on the pipeline stands (`sinks.holds`), and this table is its audit trail.
+lock on the pipeline stands (`sinks.pipeline_lock`), and this table is its audit trail.
 
 A backfill planned for approval (`--plan-only`) adds a `planned` row (its ledger holds the
 preview's counts, `versions` the table versions it was planned from), then one decision: an

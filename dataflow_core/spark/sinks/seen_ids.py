@@ -88,7 +88,7 @@ def remember_ids(
     """Event ids of `els` join the seen set. With `watermark`, ids beyond the `horizon` are
     forgotten (a delivery that late would be dropped as too late anyway). `unseen`: the
     caller knows none of the ids is in the set (a micro-batch's, checked against the version
-    it reads, which nothing else writes while it holds the pipeline), so they are appended
+    it reads, which nothing else writes while it has the pipeline locked), so they are appended
     rather than merged on the id. Spans (`OWNED` columns of `els`) are kept: an id is merged
     on its id and span, so a row per span it was counted in."""
     from pyspark.sql import functions as F

@@ -47,7 +47,7 @@ from tests.integration.test_one_history import VIEWS, _billing, _histories, _res
 
 S = 1000
 DAY = 24 * 3600 * S
-PIPELINE = "t_hold_proc"
+PIPELINE = "t_lock_proc"
 
 
 def _days_of_views(days: int) -> list[tuple]:
@@ -78,9 +78,9 @@ def _read_until(proc: subprocess.Popen, text: str) -> list[str]:
     pytest.fail(f"the process ended before saying {text!r}: {''.join(seen)}{proc.stderr.read()[-3000:]}")
 
 
-def _holding_run(proc: subprocess.Popen) -> str:
-    """The id of the run a `dataflow backfill` process holds the pipeline for, once it does."""
-    return re.search(r"run (\S+) holds pipeline", _read_until(proc, " holds pipeline ")[-1]).group(1)
+def _locking_run(proc: subprocess.Popen) -> str:
+    """The id of the run a `dataflow backfill` process has the pipeline locked for, once it does."""
+    return re.search(r"run (\S+) has locked pipeline", _read_until(proc, " has locked pipeline ")[-1]).group(1)
 
 
 def _backfill_args(start: str, end: str, *more: str) -> list[str]:
@@ -96,7 +96,7 @@ def _assert_one_history_each(spark, spec: PipelineSpec, rows: list[tuple]) -> No
 
 
 def _held(spark) -> bool:
-    """Whether a run holds the pipeline now (its latest batch record is a started one)."""
+    """Whether a run has the pipeline locked now (its latest batch record is a started one)."""
     if not table_exists(spark, "dataflow_batches"):
         return False
     latest = records(spark, _spec())
@@ -105,8 +105,8 @@ def _held(spark) -> bool:
 
 def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(spark, tmp_path):
     """On a fresh warehouse, backfills of May 1-3 (waiting its turn) and May 2-4 (not
-    waiting) start at the same moment, and a first micro-batch is tried while one holds the
-    pipeline: one writer at a time (the other backfill waits or exits busy with one line, the
+    waiting) start at the same moment, and a first micro-batch is tried while one has the
+    pipeline locked: one writer at a time (the other backfill waits or exits busy with one line, the
     micro-batch is refused), no Java exception reaches the user. Then both again at once on the
     warehouse with output, both waiting: the tables equal a recomputation and every window is
     one history; the first micro-batch then goes live over them without counting anything twice."""
@@ -124,7 +124,7 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
                 try:
                     run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 8 * M))
                     refused = "ran"
-                except PipelineBusy as exc:  # held, or a backfill's claim of the same batch won
+                except PipelineBusy as exc:  # locked, or a backfill's claim of the same batch won
                     refused = f"busy: {exc}"
             time.sleep(0.5)
         outs = [p.communicate(timeout=600) for p in (first, second)]
@@ -136,7 +136,7 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
             lines = [ln for ln in outs[1][1].splitlines() if ln.startswith("dataflow backfill:")]
             assert len(lines) == 1 and "busy" in lines[0] and "--wait" in lines[0], outs[1][1]
             assert run_backfill(spark, PIPELINE, "2024-05-02", "2024-05-04").ledger_ok
-        # refused while held; ("ran": it slipped between one run's release and the other's claim)
+        # refused while locked; ("ran": it slipped between one run's release and the other's claim)
         assert refused is not None and ((refused.startswith("busy: ") and "\n" not in refused) or refused == "ran")
         _assert_one_history_each(spark, spec, rows)
 
@@ -146,13 +146,13 @@ def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(s
         assert [p.returncode for p in again] == [0, 0], outs
         _assert_one_history_each(spark, spec, rows)
         runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{PIPELINE}'").collect()
-        # A run fails only by stopping when its hold is not in the log, before it writes a
+        # A run fails only by stopping when its lock is not in the log, before it writes a
         # stage (then --wait tries again). Not a lost commit: with the `file:` log store every
         # commit is exclusive across processes, and a run that failed so had as many log
         # versions of `dataflow_batches` as rows, its own claim among neither (seen once in ~10
-        # runs under heavy load; an open question of the holds' logic, not of the store).
+        # runs under heavy load; an open question of the locks' logic, not of the store).
         failed = [r["reason"] for r in runs if r["status"] == "failed"]
-        assert all("no longer holds it" in reason for reason in failed), failed
+        assert all("no longer holds its lock" in reason for reason in failed), failed
 
         result = run_microbatch(spark, PIPELINE, now=format_instant(DAY0 + 4 * DAY))
         assert result.ledger_ok and (result.ledger["accepted"] == 0 or refused == "ran")  # all counted already
@@ -178,7 +178,7 @@ def poison_sum() -> SumFn:
 def test_a_poison_row_in_a_backfills_range_is_undone_with_the_documented_command(spark, tmp_path):
     """A row the pipeline's combiner fails on fails the backfill on every re-run, and
     meanwhile micro-batches and other backfills are refused. `dataflow backfill --abandon
-    RUN_ID` (the command the refusal names) restores every table to the versions its hold
+    RUN_ID` (the command the refusal names) restores every table to the versions its lock
     found and releases the pipeline; with the row removed from the input the backfill then
     runs, and its figures are a recomputation's."""
     from dataclasses import replace
@@ -257,8 +257,8 @@ def test_reset_is_refused_while_a_loop_runs_and_a_backfill_never_goes_before_the
         assert reset_pipeline(spark, spec.name)
 
 
-def test_a_backfill_killed_while_it_holds_the_pipeline_stops_every_command_with_one_line(spark, tmp_path, capsys):
-    """Issue 63.1: a backfill process group SIGKILLed while it holds the pipeline. The next
+def test_a_backfill_killed_while_it_has_the_pipeline_locked_stops_every_command_with_one_line(spark, tmp_path, capsys):
+    """Issue 63.1: a backfill process group SIGKILLed while it has the pipeline locked. The next
     micro-batch exits with the stuck status (76, not busy) and one line naming the run, what
     happened to it and the commands that resume and abandon it; `--wait` ends at once with it;
     the Airflow micro-batch task fails on it (a skip would hide it). The resume command the
@@ -273,7 +273,7 @@ def test_a_backfill_killed_while_it_holds_the_pipeline_stops_every_command_with_
     with in_warehouse(spark, warehouse):
         write_input(spark, spec.input_table, rows)
         proc = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-02"))
-        run_id = _holding_run(proc)
+        run_id = _locking_run(proc)
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=60)
         capsys.readouterr()
@@ -287,7 +287,7 @@ def test_a_backfill_killed_while_it_holds_the_pipeline_stops_every_command_with_
         began = time.monotonic()
         assert main([*_backfill_args("2024-05-02", "2024-05-03", "--wait"), "--warehouse", str(warehouse)]) == STUCK_EXIT
         assert time.monotonic() - began < 60 and run_id in capsys.readouterr().err  # no wait for a dead holder
-        with pytest.raises(AirflowFailException, match=f"held by backfill run {run_id}"):
+        with pytest.raises(AirflowFailException, match=f"locked by backfill run {run_id}"):
             microbatch_task(PIPELINE)
         with pytest.raises(PipelineStuck, match=run_id):  # a --loop stops (it retries only while busy)
             run_loop(spark, PIPELINE, 0.5)
@@ -315,7 +315,7 @@ def test_abandon_refuses_a_run_still_going_and_forced_no_commit_of_it_lands(spar
         stop = {CRASH_ENV: f"{spec.stages[0].output}-corrected-panes", STOP_ENV: "1"}
         proc = _dataflow(warehouse, tmp_path, *_backfill_args("2024-05-01", "2024-05-02"), env=stop)
         try:
-            run_id = _holding_run(proc)
+            run_id = _locking_run(proc)
             _read_until(proc, "[crash switch] stopping at")
             while open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
                 time.sleep(0.1)
@@ -337,24 +337,24 @@ def test_abandon_refuses_a_run_still_going_and_forced_no_commit_of_it_lands(spar
         _assert_one_history_each(spark, spec, rows + [late])
 
 
-def test_reject_and_reset_hold_the_pipeline_while_they_work(spark, tmp_path):
+def test_reject_and_reset_lock_the_pipeline_while_they_work(spark, tmp_path):
     """Issue 63.5: `--reject` and `dataflow reset` take the pipeline as an apply or a backfill
-    does. While another run works holding it, both are busy and change nothing (a reject no
+    does. While another run works locking it, both are busy and change nothing (a reject no
     longer decides under an apply that could claim in between); once it is released, each
-    holds the pipeline for its work (a `started` record of its own run, then its outcome) and
+    has the pipeline locked for its work (a `started` record of its own run, then its outcome) and
     leaves it free."""
     from dataflow_core.spark.jobs.plans import reject_plan
-    from dataflow_core.spark.sinks.holds import release, take_hold
+    from dataflow_core.spark.sinks.pipeline_lock import release, take_lock
     from dataflow_core.spark.sinks.runs import PLANNED, REJECTED, plan_state
 
     spec = _billing(f"t_claims_{time.time_ns() % 10**6}", AccumulationMode.RETRACTING)
     with in_warehouse(spark, tmp_path / "wh"):
         write_input(spark, spec.input_table, to_rows(VIEWS))
         plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", plan_only=True)
-        other = take_hold(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
-        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+        other = take_lock(spark, spec, "backfill", {"start": "2024-05-03", "end": "2024-05-04"}, None)  # working
+        with pytest.raises(PipelineBusy, match=f"locked by backfill run {other.run.run_id}"):
             reject_plan(spark, spec.name, plan.run_id)
-        with pytest.raises(PipelineBusy, match=f"held by backfill run {other.run.run_id}"):
+        with pytest.raises(PipelineBusy, match=f"locked by backfill run {other.run.run_id}"):
             reset_pipeline(spark, spec.name)
         plans = f"{spec.stages[0].output}__corrections"  # the reject empties it, the reset drops it
         assert plan_state(spark, plan.run_id).status == PLANNED and read_table(spark, plans).count()
@@ -412,7 +412,7 @@ def test_crash_and_change_law(spark, tmp_path_factory, point, deleted, late_at):
     counted view deleted, a late one appended), the tables equal those of a run that never
     crashed followed by a run over the change: the resumed run reads the version it pinned and
     marks as seen only what it counted; the change is the next run's. (A run stopped after it
-    finished but before it released its hold is released by the next run, which plans afresh.)"""
+    finished but before it released its lock is released by the next run, which plans afresh.)"""
     os.environ[RAISE_ENV] = "1"
     try:
         _crash_and_change(spark, tmp_path_factory.mktemp("law"), point, deleted, late_at)

@@ -1,8 +1,8 @@
-"""Who holds a pipeline, and whether it still runs: a hold's owner (host, process id and the
+"""Who has a pipeline locked, and whether it still runs: a lock's owner (host, process id and the
 process's start, so that a reused process id is not taken for it) and its heartbeat.
 
-A run that dies keeps its hold, since the same command resumes it; every other command must
-then tell a hold whose run is working (it waits, or is busy) from one whose run is gone or
+A run that dies keeps its lock, since the same command resumes it; every other command must
+then tell a lock whose run is working (it waits, or is busy) from one whose run is gone or
 failed (it stops at once and says how to resume or abandon that run). The rule (`gone`):
 - on the owner's own machine (same host name and boot), its process answers: gone when no
   live process has its id, or the one that has it started at another moment;
@@ -12,7 +12,7 @@ failed (it stops at once and says how to resume or abandon that run). The rule (
 - anywhere, a run recorded `failed` after its owner took it (a resumed run's owner takes it
   again) failed: a process alive but done with it (an Airflow worker, a test) still holds it.
 The heartbeat file is rewritten by whichever process takes or resumes the run, so it names
-the current owner; the hold's own record names the one that claimed it, for the moments
+the current owner; the lock's own record names the one that claimed it, for the moments
 before the first beat.
 """
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 HEARTBEAT_S = 10.0
-"""How often a holding run rewrites its heartbeat."""
+"""How often a locking run rewrites its heartbeat."""
 HEARTBEAT_TIMEOUT_S = 120.0
 """A holder on another machine whose heartbeat is older than this is taken for gone (twelve
 missed beats: more than a long JVM pause, less than a scheduler's patience)."""
@@ -40,7 +40,7 @@ missed beats: more than a long JVM pause, less than a scheduler's patience)."""
 
 @dataclass(frozen=True)
 class Owner:
-    """The process running a hold's run: its machine (`host` and, where known, `boot`, so a
+    """The process running a lock's run: its machine (`host` and, where known, `boot`, so a
     restarted machine is another), process id, the process's start (`started`, as the
     kernel counts it; None where unknown) and when it took the run (`since`, epoch seconds)."""
 
@@ -107,8 +107,8 @@ def on_this_machine(owner: Owner) -> bool:
 
 def gone(owner: Owner | None, beat_at: float | None, failed: tuple[float, str] | None, now: float,
          timeout_s: float = HEARTBEAT_TIMEOUT_S) -> str | None:
-    """What happened to a holding run, in words (None: as far as can be told it is working):
-    its `owner` (None: a hold from before owners were recorded), its last heartbeat
+    """What happened to a locking run, in words (None: as far as can be told it is working):
+    its `owner` (None: a lock from before owners were recorded), its last heartbeat
     (`beat_at`, epoch seconds), its latest `failed` record (when, reason) and the time `now`.
     See the module docstring for the rule."""
     if failed is not None and (owner is None or failed[0] >= owner.since):
@@ -174,7 +174,7 @@ def last_beat(spark: "SparkSession", pipeline: str, run_id: str) -> tuple[Owner 
 
 
 def forget_beat(spark: "SparkSession", pipeline: str, run_id: str) -> None:
-    """The run's heartbeat deleted (it no longer holds the pipeline); best effort."""
+    """The run's heartbeat deleted (it no longer has the pipeline locked); best effort."""
     try:
         delete_file(spark, heartbeat_path(spark, pipeline, run_id))
     except Exception:  # noqa: BLE001 - a leftover file of a released run is never read

@@ -1,4 +1,4 @@
-"""The liveness rule of a pipeline's holder (`sinks.holders.gone`, issue 63.1), with real
+"""The liveness rule of a pipeline's holder (`sinks.lock_holders.gone`, issue 63.1), with real
 processes of this machine: a live process is alive only under its own start time (a reused
 pid is another process), a killed one is gone, and an owner on another machine is judged by
 its heartbeat alone; a failure recorded after the owner took the run makes it failed, one
@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from dataflow_core.spark.sinks.holders import HEARTBEAT_TIMEOUT_S, Owner, gone, process_start, this_owner
+from dataflow_core.spark.sinks.lock_holders import HEARTBEAT_TIMEOUT_S, Owner, gone, process_start, this_owner
 
 
 def _sleeper() -> subprocess.Popen:
@@ -57,5 +57,5 @@ def test_a_failure_after_the_owner_took_the_run_is_failed_one_before_is_not():
     assert gone(me, time.time(), (me.since - 60, "an earlier attempt"), time.time()) is None
     failed = gone(me, time.time(), (me.since + 1, "DataflowError: bad row"), time.time())
     assert failed is not None and failed.startswith("failed at ") and "bad row" in failed
-    assert gone(None, None, (0.0, "x"), time.time()).startswith("failed at ")  # a hold from before owners
+    assert gone(None, None, (0.0, "x"), time.time()).startswith("failed at ")  # a lock from before owners
     assert gone(None, None, None, time.time()) is None  # nothing to tell by
