@@ -6,6 +6,7 @@ lock's timeout, another taking over, the first let go) with real `dataflow` proc
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -19,9 +20,11 @@ from dataflow_core.errors import PipelineBusy
 from dataflow_core.model.accumulation import AccumulationMode
 from dataflow_core.spark.jobs.reset import reset_pipeline
 from dataflow_core.spark.platform.tables import read_table
-from dataflow_core.spark.sinks.files import create_exclusive, delete_file
-from dataflow_core.spark.sinks.lock_holders import Owner
-from dataflow_core.spark.sinks.loop_lock import TIMEOUT_ENV, LockHolder, LockLost, LoopLock, lock_holder, lock_path
+from dataflow_core.spark.sinks.files import create_exclusive, delete_file, write_text
+from dataflow_core.spark.sinks.lock_holders import Owner, beat, heartbeat_path
+from dataflow_core.spark.sinks.loop_lock import (
+    TIMEOUT_ENV, LockHolder, LockLost, LoopLock, lock_holder, lock_path, lock_timeout_s,
+)
 from tests.integration.test_backfill import M, to_rows, write_input
 from tests.integration.test_backfill_locks import _read_until
 from tests.integration.test_backfill_live_processes import dataflow_process
@@ -86,17 +89,19 @@ def _dead_pid() -> int:
     return proc.pid
 
 
-def test_a_silent_holder_is_taken_over_and_stops_at_its_next_check(spark, tmp_path, monkeypatch):
+def test_a_silent_holder_is_taken_over_and_stops_at_its_next_check(spark, tmp_path):
     """A holder alive but silent (no heartbeat: stopped, paused) for longer than the timeout
-    lapses; the next taker takes the lock over and the holder's next check says so."""
-    monkeypatch.setenv(TIMEOUT_ENV, "1")
+    lapses; the next taker takes the lock over and the holder's next check says so. (Its
+    last heartbeat is written 2 timeouts back, so no clock of a loaded machine decides.)"""
     name = f"t_lock_{time.time_ns() % 10**6}"
     with in_warehouse(spark, tmp_path / "wh"):
         silent = LoopLock(spark, name, LOOP, "refused")
         silent._take()  # taken, and no heartbeat thread: silent from now on
+        beat(spark, name, silent.me.beat_id, silent.me.owner)
         with pytest.raises(PipelineBusy, match="is locked by"):
             LoopLock(spark, name, "reset", "reset refused").__enter__()
-        time.sleep(1.5)
+        stale = {"owner": silent.me.owner.as_dict(), "at": time.time() - 2 * lock_timeout_s()}
+        write_text(spark, heartbeat_path(spark, name, silent.me.beat_id), json.dumps(stale))
         said: list[str] = []
         with LoopLock(spark, name, "reset", "reset refused", said.append) as taker:
             assert said and "took over the lock" in said[0] and "sent no heartbeat for" in said[0], said
@@ -114,7 +119,7 @@ def test_a_loop_stopped_past_the_timeout_is_taken_over_and_stops_before_its_next
     pipeline = f"t_lock_loop_{time.time_ns() % 10**6}"
     spec = _billing(pipeline, AccumulationMode.RETRACTING)
     warehouse = tmp_path / "wh"
-    env = {TIMEOUT_ENV: "3"}
+    env = {TIMEOUT_ENV: "8"}  # generous: a loaded machine may starve a live heartbeat for seconds
     loop = ["microbatch", "--pipeline", pipeline, "--loop", "1s"]
     with in_warehouse(spark, warehouse):
         write_input(spark, spec.input_table, to_rows(VIEWS))
@@ -126,7 +131,7 @@ def test_a_loop_stopped_past_the_timeout_is_taken_over_and_stops_before_its_next
                 reset_pipeline(spark, pipeline)
             assert "\n" not in str(refused.value) and "reset refused, nothing deleted" in str(refused.value)
             _stop(a)
-            time.sleep(4)  # past the timeout: A's heartbeat is stale
+            time.sleep(10)  # past the timeout: A's heartbeat is stale
             b = dataflow_process(warehouse, tmp_path, pipeline, *loop, master="local[1]", stderr=subprocess.PIPE,
                                  env=env)
             took = _read_until(b, "took over the lock")[-1]

@@ -33,7 +33,9 @@ from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.input.rows import EventRange
 from dataflow_core.spark.sinks.batches import holder_of, read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
-from dataflow_core.spark.sinks.pipeline_lock import BACKFILL_LOCK_HOLDER, PipelineLock, lock_holder_gone, release, take_lock
+from dataflow_core.spark.sinks.pipeline_lock import (
+    BACKFILL_LOCK_HOLDER, PipelineLock, lock_holder_gone, release, take_lock,
+)
 from dataflow_core.spark.sinks.runs import (
     APPLIED, PLANNED, REJECTED, Ledger, PlanState, RunResult, args_text, fail_run, finish_run, plan_state,
     record_decision,

@@ -20,7 +20,8 @@ from dataflow_core.spark.platform.delta import checked_commits, table_version
 from dataflow_core.spark.sinks.batches import holder_of, log_version, read_log
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.pipeline_lock import (
-    BACKFILL_LOCK_HOLDER, PipelineLock, ensure_control_tables, lock_holder_gone, owner_words, pipeline_tables, record_of, release,
+    BACKFILL_LOCK_HOLDER, PipelineLock, ensure_control_tables, lock_holder_gone, owner_words, pipeline_tables, record_of,
+    release,
 )
 from dataflow_core.spark.sinks.runs import Run, fail_run
 
