@@ -329,7 +329,8 @@ def _input_rows(spark: Any, spec: Any, pipeline: str, key: dict[str, str], lo: A
     from pyspark.sql import functions as F
 
     from dataflow_core.model.input_rules import first_deliveries, input_of
-    from dataflow_core.spark.input.rows import field_value, refused, selected, tag_rows
+    from dataflow_core.spark.input.rows import refused, tag_rows
+    from dataflow_core.spark.input.fields import field_value, selected
 
     desc = input_of(spec)
     tagged = tag_rows(spark, spec, selected(spec, _table(spark, spec.input_table, pipeline)))

@@ -71,7 +71,8 @@ def input_frame(spark: "SparkSession", spec: "PipelineSpec", start, end, at: "Pr
     from pyspark.sql import functions as F
 
     from dataflow_core.model.input_rules import input_of
-    from dataflow_core.spark.input.rows import EventRange, guarded, read_rows, row_rules, tag_rows
+    from dataflow_core.spark.input.rows import EventRange, read_rows, row_rules, tag_rows
+    from dataflow_core.spark.input.fields import guarded
 
     desc = input_of(spec)
     model = set(desc.reason_names(at))
@@ -113,7 +114,8 @@ def gate_input(
     import time
 
     from dataflow_core.model.input_rules import ProcessingTime
-    from dataflow_core.spark.input.rows import explained, input_columns, quarantined
+    from dataflow_core.spark.input.rows import input_columns, quarantined
+    from dataflow_core.spark.input.fields import explained
     from dataflow_core.cli.waiting import until_free
     from dataflow_core.spark.sinks.quarantine import quarantine_table
 

@@ -17,7 +17,8 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.input_rules import ProcessingTime, input_of
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import DUPLICATES, elements, explained, quarantined, read_counts, selected, tag_rows
+from dataflow_core.spark.input.rows import DUPLICATES, elements, quarantined, read_counts, tag_rows
+from dataflow_core.spark.input.fields import explained, selected
 from dataflow_core.spark.jobs.crash import crash_point
 from dataflow_core.spark.platform import aggregates
 from dataflow_core.spark.platform.cache import persist_uncompressed

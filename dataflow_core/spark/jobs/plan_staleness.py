@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dataflow_core.pipelines import PipelineSpec
-from dataflow_core.spark.input.rows import EventRange, in_range, with_fields
+from dataflow_core.spark.input.rows import EventRange, in_range
+from dataflow_core.spark.input.fields import with_fields
 from dataflow_core.spark.jobs.range_input import read_margins
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.platform.driver_delta import commit_actions

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING
 from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.windows import WindowFn
 from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.input.fields import explained
 from dataflow_core.spark.input.rows import (
-    DELIVERIES, DUPLICATES, REFUSED, EventRange, elements, explained, in_range, read_rows, tag_rows,
+    DELIVERIES, DUPLICATES, REFUSED, EventRange, elements, in_range, read_rows, tag_rows,
 )
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
