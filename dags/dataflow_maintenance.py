@@ -6,7 +6,7 @@ forget event ids past the micro-batches' duplicate-detection horizon
 state table. VACUUM keeps `$DATAFLOW_VACUUM_RETENTION_HOURS` (168) of time travel, raised to
 the pipeline's longest allowed lateness plus a day, so a late correction can still read
 the versions it needs, and longer where an `--abandon` of the run locking the pipeline could
-restore an older version. Each task holds its pipeline while it works, as `dataflow reset`
+restore an older version. Each task locks its pipeline while it works, as `dataflow reset`
 does (a live micro-batch due meanwhile is busy, skipped, instead of failing on a conflict with
 OPTIMIZE, and runs at its next turn); it waits up to
 an hour for a run working on the pipeline, and fails (never skips) when the pipeline stays
