@@ -79,8 +79,8 @@ public class Commit {
 """
 
 
-@pytest.mark.skipif(shutil.which("strace") is None, reason="needs strace")
 def test_a_hard_link_commit_syncs_its_file_before_the_link_and_its_folder_after(tmp_path: Path):
+    assert shutil.which("strace"), "strace is needed (.ci/run installs it: apt-get install strace)"
     jar = logstore.build_jar()
     assert jar is not None, "no JDK to build the log stores"
     (tmp_path / "Commit.java").write_text(COMMIT)
