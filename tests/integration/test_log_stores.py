@@ -16,7 +16,6 @@ import sys
 import time
 from pathlib import Path
 
-
 from dataflow_core.spark.platform import logstore
 from dataflow_core.spark.platform.jars import cache_dir, spark_home
 
