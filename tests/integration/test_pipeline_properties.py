@@ -47,13 +47,13 @@ from dataflow_core.model.time import END_OF_TIME, format_instant
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import layout
 from dataflow_core.pipelines.check import preflight
-from dataflow_core.model.windows import AssignContext
 from dataflow_core.quality.gates import gate_panes, gate_results
 from dataflow_core.runners.reference import ReferencePipelineRunner
 from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.session import warehouse_root
 from dataflow_core.spark.platform.tables import read_table, table_exists, write_table
+from tests.core.test_current_results import group_by
 
 DAY0 = int(dt.datetime(2024, 5, 1, tzinfo=dt.timezone.utc).timestamp() * 1000)
 S, M = 1000, 60_000
@@ -241,28 +241,7 @@ def first_deliveries(rows: list[tuple]) -> list[tuple]:
     return list(first.values())
 
 
-# --- the oracles -------------------------------------------------------------------------
-
-def group_by(strategy: WindowingStrategy, elements) -> dict:
-    """Each final window's output over all of its elements, (key, window) -> value."""
-    fn, combiner = strategy.window_fn, strategy.combiner
-    per_key: dict = defaultdict(list)
-    for key, value, t in elements:
-        for w in fn.assign(AssignContext(key, value, t)):
-            per_key[key].append((w, value))
-    out = {}
-    for key, pairs in per_key.items():
-        mapping = {w: w for w, _ in pairs}
-        if fn.is_merging:
-            for span, parts in fn.merge(list(mapping)):
-                mapping.update({part: span for part in parts})
-        values: dict = defaultdict(list)
-        for w, v in pairs:
-            values[mapping[w]].append(v)
-        for w, vs in values.items():
-            out[(key, w)] = combiner.extract_output(combiner.add_inputs(combiner.create_accumulator(), vs))
-    return out
-
+# --- the oracles (group_by: tests/core/test_current_results.py) ---------------------------
 
 def batch_expected(spec: api.PipelineSpec, rows: list[tuple]) -> list[dict]:
     """What a batch backfill's results hold, stage by stage: a group-by of the stage's
