@@ -100,7 +100,7 @@ def _held(spark) -> bool:
     if not table_exists(spark, "dataflow_batches"):
         return False
     latest = records(spark, _spec())
-    return bool(latest) and latest[0]["status"] == "started"
+    return bool(latest) and latest[0].status == "started"
 
 
 def test_overlapping_backfills_and_a_first_micro_batch_at_once_have_one_writer(spark, tmp_path):

@@ -29,5 +29,5 @@ def test_a_batch_after_one_recorded_ahead_of_this_clock_runs_at_that_time(spark)
     result = run_microbatch(spark, spec.name, progress=said.append)
     assert result.ledger_ok and result.ledger["read"] == 1, result.ledger
     assert any("ahead of this machine's clock" in line for line in said), said
-    finished = [r for r in records(spark, get(spec.name)) if r["status"] == "finished"]
-    assert finished[0]["now_ms"] == ahead, "processing time never moves back"
+    finished = [r for r in records(spark, get(spec.name)) if r.status == "finished"]
+    assert finished[0].now_ms == ahead, "processing time never moves back"

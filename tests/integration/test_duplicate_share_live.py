@@ -43,11 +43,11 @@ def test_constant_event_ids_fail_the_micro_batch_loudly_and_an_explicit_override
     assert "max_duplicate_share 30.0%" in line and "nothing of the batch was committed" in line
     assert f"--max-duplicate-share 1" in line and f"--skip-batch {batch}" in line
     assert not table_exists(spark, seen_table(spec)) and not table_exists(spark, panes(spec.stages[0]))
-    assert records(spark, spec)[0]["status"] == "started", "the batch stays unfinished: its retry gets its rows"
+    assert records(spark, spec)[0].status == "started", "the batch stays unfinished: its retry gets its rows"
 
     with pytest.raises(DataflowError, match=f"batch {batch} refused"):  # a plain retry is refused again
         run_microbatch(spark, spec.name, now=now)
     result = run_microbatch(spark, spec.name, now=now, max_duplicate_share=1)
     assert result.ledger_ok
     assert (result.ledger["read"], result.ledger["accepted"], result.ledger["duplicates"]) == (ROWS, 1, ROWS - 1)
-    assert records(spark, spec)[0]["status"] == "finished" and records(spark, spec)[0]["batch"] == batch
+    assert records(spark, spec)[0].status == "finished" and records(spark, spec)[0].batch == batch

@@ -37,7 +37,7 @@ def test_going_live_rebuilds_the_backfilled_windows_from_the_input_its_claim_pin
         run_microbatch(spark, spec.name, now=format_instant(now))
     crash(None)
     claimed = records(spark, spec)[0]
-    assert claimed["status"] == "started" and input_key(spec.name) in claimed["versions"]
+    assert claimed.status == "started" and input_key(spec.name) in claimed.versions
     counted = next(r for r in before if r[2] == "ad1")  # in the window the late view corrects
     spark.sql(f"UPDATE delta.`{table_path(spark, spec.input_table)}` SET v = '1000' WHERE event_id = '{counted[0]}'")
 

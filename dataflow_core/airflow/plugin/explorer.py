@@ -296,6 +296,7 @@ def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, t
     import pandas as pd
 
     from dataflow_core.model.time import END_OF_TIME
+    from dataflow_core.spark.sinks.batches import LOG_COLUMNS, logged_batch
 
     points: list[tuple[int, int]] = []
     if WATERMARK_TABLE in tables:
@@ -305,13 +306,12 @@ def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, t
         points += [(_ms(m["processing_time"]), _ms(m["watermark"])) for m in marks
                    if m["processing_time"] is not None and m["watermark"] is not None]
     if layout.BATCHES in tables:
-        batches = query(f"SELECT now_ms, watermarks FROM {layout.BATCHES} WHERE pipeline = {literal(pipeline)} "
-                        "AND status = 'finished'", warehouse).table.to_pylist()
-        for b in batches:
-            marks = json.loads(b["watermarks"] or "{}")
-            wm = marks.get(output, marks.get("input") if index == 0 else None)
-            if wm is not None and b["now_ms"] is not None:
-                points.append((int(b["now_ms"]), int(wm)))
+        rows = query(f"SELECT {', '.join(LOG_COLUMNS)} FROM {layout.BATCHES} WHERE pipeline = {literal(pipeline)} "
+                     "AND status = 'finished'", warehouse).table.to_pylist()
+        for b in map(logged_batch, rows):
+            wm = b.watermarks.get(output, b.watermarks.get("input") if index == 0 else None)
+            if wm is not None and b.now_ms is not None:
+                points.append((int(b.now_ms), int(wm)))
     if layout.RUNS in tables:
         runs = query(f"SELECT now, args FROM {layout.RUNS} WHERE pipeline = {literal(pipeline)} AND "
                      "command = 'backfill' AND status = 'finished'", warehouse).table.to_pylist()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from dataflow_core.errors import first_line
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.jobs.crash import SimulatedCrash
-from dataflow_core.spark.sinks.batches import holder_of, read_log
+from dataflow_core.spark.sinks.batches import read_log
 from dataflow_core.spark.sinks.lock_holders import Heartbeat, this_owner
 from dataflow_core.spark.sinks.fencing import fenced_commits
 from dataflow_core.spark.sinks.pipeline_lock import PipelineLock, release, take_lock
@@ -58,7 +58,7 @@ def _fail_and_release(spark: "SparkSession", spec: PipelineSpec, lock: PipelineL
     own (abandoned: the abandon did both). Best effort: `exc` is what the caller hears."""
     try:
         latest = (read_log(spark, spec).records or [None])[0]
-        if not latest or latest["status"] != "started" or holder_of(latest) != lock.record.holder:
+        if not latest or latest.status != "started" or latest.holder != lock.record.holder:
             return
         fail_run(spark, lock.run, f"{type(exc).__name__}: {first_line(exc)}"[:500])
         release(spark, spec, lock.record, None)

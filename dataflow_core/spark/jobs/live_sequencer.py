@@ -17,7 +17,6 @@ that no later attempt claimed its batch (`batches.fence`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Callable, Iterator
 
@@ -35,7 +34,7 @@ from dataflow_core.spark.platform import snapshot_warming
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import table_exists
 from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, append_record, claim, fence, log_version, next_batch, read_log, records,
+    ATTEMPTS, BatchRecord, LoggedBatch, append_record, claim, fence, log_version, next_batch, read_log, records,
 )
 from dataflow_core.spark.sinks.pipeline_lock import ensure_control_tables, input_key, refuse_if_locked, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
@@ -64,9 +63,9 @@ def before_input(spark: "SparkSession", spec: PipelineSpec, now_ms: Instant, say
         pending = records(spark, spec)
     refuse_if_locked(spark, spec, pending[0] if pending else None)
     finished = None
-    if pending and pending[0]["status"] == "started" and pending[0]["stream_batch"] is None:
-        say(f"finishing tick batch {pending[0]['batch']} that did not complete")
-        finished = run_batch(spark, spec, None, None, now_ms, say, token, pending[0]["stream_id"])
+    if pending and pending[0].status == "started" and pending[0].stream_batch is None:
+        say(f"finishing tick batch {pending[0].batch} that did not complete")
+        finished = run_batch(spark, spec, None, None, now_ms, say, token, pending[0].stream_id)
     if not table_exists(spark, spec.input_table):
         raise DataflowError(f"pipeline {spec.name!r}: its input table {spec.input_table} does not exist yet")
     return finished
@@ -102,7 +101,7 @@ def run_batch(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None
 
 
 def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, now_ms: Instant, token: str,
-           stream_id: str | None) -> tuple[BatchRecord, dict | None] | None:
+           stream_id: str | None) -> tuple[BatchRecord, LoggedBatch | None] | None:
     """This batch's record, claimed (a retry resumes the unfinished batch with the next
     attempt), and the last finished one; None when there is nothing to do: the stream
     re-delivered a batch that already finished, or a tick at the last batch's time or with
@@ -110,7 +109,7 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
     log = read_log(spark, spec)  # one read of dataflow_batches for the records and the stream
     known = log.records
     # a backfill's lock of a pipeline not yet live carries no live clock: not a batch to follow
-    last_finished = next((r for r in known if r["status"] == "finished"), None) if log.ran_live else None
+    last_finished = next((r for r in known if r.status == "finished"), None) if log.ran_live else None
     latest = known[0] if known else None
     refuse_if_locked(spark, spec, latest)
     if stream_batch is not None:
@@ -123,14 +122,14 @@ def _begin(spark: "SparkSession", spec: PipelineSpec, stream_batch: int | None, 
             )
         if done_stream is not None and stream_batch <= done_stream:
             return None  # input behind the committed state: already processed as batch <= done_batch
-    if latest and latest["status"] == "started":
+    if latest and latest.status == "started":
         return _retry(spark, spec, latest, stream_batch, token, stream_id), last_finished
-    if stream_batch is None and last_finished and now_ms == last_finished["now_ms"]:
+    if stream_batch is None and last_finished and now_ms == last_finished.now_ms:
         return None  # a tick at the same processing time fires nothing new
-    if last_finished and now_ms < last_finished["now_ms"]:
+    if last_finished and now_ms < last_finished.now_ms:
         raise DataflowError(
             f"--now {format_instant(now_ms)} is before the last batch's processing time "
-            f"{format_instant(last_finished['now_ms'])}; processing time never moves back"
+            f"{format_instant(last_finished.now_ms)}; processing time never moves back"
         )
     if stream_batch is None and last_finished and _idle_tick(spark, spec, last_finished, now_ms):
         return None
@@ -155,24 +154,23 @@ def warm_tables(spark: "SparkSession", spec: PipelineSpec) -> None:
     snapshot_warming.warm(spark, [seen_table(spec), *map(state_table, spec.stages), quarantine_table(spec), *outputs])
 
 
-def _retry(spark: "SparkSession", spec: PipelineSpec, latest: dict, stream_batch: int | None, token: str,
+def _retry(spark: "SparkSession", spec: PipelineSpec, latest: LoggedBatch, stream_batch: int | None, token: str,
            stream_id: str | None) -> BatchRecord:
     """The unfinished batch `latest`, claimed again by its next attempt."""
-    if latest["stream_batch"] != stream_batch:
+    if latest.stream_batch != stream_batch:
         raise DataflowError(
-            f"pipeline {spec.name!r}: batch {latest['batch']} did not finish and is not the one "
+            f"pipeline {spec.name!r}: batch {latest.batch} did not finish and is not the one "
             "the stream delivers now; its checkpoint and dataflow_batches disagree"
         )
-    rec = BatchRecord(latest["batch"], stream_batch, latest["now_ms"], json.loads(latest["versions"]),
-                      attempt=(latest.get("attempt") or 0) + 1, token=token, stream_id=stream_id,
-                      skip=latest["skip"])
+    rec = BatchRecord(latest.batch, stream_batch, latest.now_ms, dict(latest.versions), attempt=latest.attempt + 1,
+                      token=token, stream_id=stream_id, skip=latest.skip)
     if rec.attempt >= ATTEMPTS:
         raise DataflowError(f"pipeline {spec.name!r}: batch {rec.batch} was attempted {ATTEMPTS} times; giving up")
     claim(spark, spec, rec)
     return rec
 
 
-def _idle_tick(spark: "SparkSession", spec: PipelineSpec, prev: dict, now_ms: Instant) -> bool:
+def _idle_tick(spark: "SparkSession", spec: PipelineSpec, prev: LoggedBatch, now_ms: Instant) -> bool:
     """Whether a tick at `now_ms` after the finished batch `prev` would change nothing but
     the batch log: the watermark estimator learns nothing from time passing, no later
     stage's watermark is held back below the input's (so none can move), and no key of any
@@ -182,7 +180,7 @@ def _idle_tick(spark: "SparkSession", spec: PipelineSpec, prev: dict, now_ms: In
     this tick would have."""
     estimator = _estimator(spec, prev)
     learnt = estimator.to_state()
-    watermarks = json.loads(prev["watermarks"])
+    watermarks = prev.watermarks
     wm = estimator.update(Progress(processing_time=now_ms, max_skew=spec.max_skew))
     if wm != watermarks.get("input", BEGINNING_OF_TIME) or estimator.to_state() != learnt:
         return False
@@ -192,16 +190,16 @@ def _idle_tick(spark: "SparkSession", spec: PipelineSpec, prev: dict, now_ms: In
     return not any(w is not None and w.due(now_ms, wm) for w in wakes)
 
 
-def _estimator(spec: PipelineSpec, prev: dict | None):
+def _estimator(spec: PipelineSpec, prev: LoggedBatch | None):
     """The pipeline's watermark estimator, as the finished batch `prev` left it."""
     estimator = spec.watermark()
-    if prev and prev.get("estimator_state"):
-        estimator.load_state(json.loads(prev["estimator_state"]))
+    if prev and prev.estimator_state:
+        estimator.load_state(prev.learnt())
     return estimator
 
 
 def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", rec: BatchRecord,
-             prev: dict | None, txn: Callable[[str], Txn], say: Callable[[str], None]):
+             prev: LoggedBatch | None, txn: Callable[[str], Txn], say: Callable[[str], None]):
     """The batch's input accepted, the watermark moved and every stage run and written.
     Returns its ledger, the watermarks to record and the estimator after it."""
     from pyspark.sql import functions as F
@@ -209,7 +207,7 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
     if rec.attempt:
         for name, version in rec.versions.items():  # a retry whose versions are gone fails here, before any work
             read_as_of(spark, spec.input_table if name == input_key(spec.name) else name, version)
-    prev_wms = json.loads(prev["watermarks"]) if prev else {}
+    prev_wms = prev.watermarks if prev else {}
     estimator = _estimator(spec, prev)
     old_wm = prev_wms.get("input", BEGINNING_OF_TIME)
     ledger = Ledger()
@@ -219,7 +217,7 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
     say(f"batch {rec.batch} at {format_instant(rec.now)}: {ledger.read:,} rows read, {ledger.accepted:,} accepted, "
         f"{ledger.duplicates:,} duplicates, {ledger.quarantined:,} quarantined; watermark -> {format_watermark(new_wm)}")
     schedule = Schedule([Step((rec.batch,), rec.now, new_wm)], old_wm,
-                        start_time=prev["now_ms"] if prev else BEGINNING_OF_TIME)
+                        start_time=prev.now_ms if prev else BEGINNING_OF_TIME)
     arrivals = None
     if accepted.elements is not None:
         arrivals = first_arrivals(accepted.elements, spec.stages[0], F.array(F.lit(rec.batch).cast("bigint")),

@@ -91,9 +91,9 @@ def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | Non
         _record(done.append, run_batch(spark, spec, None, None, now_ms, say, token, stream.id))
     if not done:
         last = records(spark, spec)[0]
-        say(f"nothing new since batch {last['batch']} at {format_instant(last['now_ms'])} and nothing due at "
+        say(f"nothing new since batch {last.batch} at {format_instant(last.now_ms)} and nothing due at "
             f"{format_instant(now_ms)}: nothing to do")
-        return RunResult(f"{spec.name}-batch-{last['batch']}", Ledger().as_dict(), last["now_ms"])
+        return RunResult(f"{spec.name}-batch-{last.batch}", Ledger().as_dict(), last.now_ms)
     record_definitions(spark, spec)
     return _result(spec, done)
 
@@ -104,14 +104,14 @@ def _processing_time(spark, spec: PipelineSpec, clock: Instant, say: Callable[[s
     batch in the future, and processing time never moves back; refusing would stop every
     correctly clocked worker until the clock caught up, so they carry on at that time (its
     timers wait for it) and say why."""
-    last = next((r for r in records(spark, spec) if r["status"] == "finished"), None)
-    if last is None or last["now_ms"] <= clock:
+    last = next((r for r in records(spark, spec) if r.status == "finished"), None)
+    if last is None or last.now_ms <= clock:
         return clock
-    ahead = (last["now_ms"] - clock) / 1000
-    say(f"batch {last['batch']} ran at processing time {format_instant(last['now_ms'])}, {ahead:,.0f} s ahead of "
+    ahead = (last.now_ms - clock) / 1000
+    say(f"batch {last.batch} ran at processing time {format_instant(last.now_ms)}, {ahead:,.0f} s ahead of "
         f"this machine's clock ({format_instant(clock)}): a worker's clock runs ahead (or this one's behind; check "
         "NTP). This batch runs at that time, since processing time never moves back; timers wait for it")
-    return last["now_ms"]
+    return last.now_ms
 
 
 def run_loop(

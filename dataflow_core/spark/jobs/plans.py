@@ -31,7 +31,7 @@ from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.input.rows import EventRange
-from dataflow_core.spark.sinks.batches import holder_of, read_log
+from dataflow_core.spark.sinks.batches import LoggedBatch, read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
 from dataflow_core.spark.sinks.pipeline_lock import (
     BACKFILL_LOCK_HOLDER, PipelineLock, lock_holder_gone, release, take_lock,
@@ -117,10 +117,10 @@ def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: s
     state = planned_run(spark, pipeline, run_id)
     args = {"plan": run_id}
     latest = (read_log(spark, spec).records or [None])[0]
-    held = latest if latest and latest["status"] == "started" else None
+    held = latest if latest and latest.status == "started" else None
     if state.status != PLANNED and not (held and _note(held) == (REJECT, args_text(args))):
         return state  # (unless a reject of it stopped midway: this one finishes it)
-    if held and holder_of(held) == BACKFILL_LOCK_HOLDER + run_id and lock_holder_gone(spark, spec, held) is None:
+    if held and held.holder == BACKFILL_LOCK_HOLDER + run_id and lock_holder_gone(spark, spec, held) is None:
         raise DataflowError(f"run {run_id} has locked pipeline {spec.name!r}: it is being applied (or planned) now; "
                             "nothing rejected")
     lock = take_lock(spark, spec, REJECT, args, None, say)
@@ -141,11 +141,9 @@ def reject_plan(spark: "SparkSession", pipeline: str, run_id: str, decided_by: s
     return None
 
 
-def _note(record: dict) -> tuple[str | None, str | None]:
+def _note(record: LoggedBatch) -> tuple[str | None, str | None]:
     """The command and arguments of the run whose lock `record` is."""
-    import json
-
-    note = json.loads(record.get("reason") or "{}")
+    note = record.lock_note()
     return note.get("command"), note.get("args")
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.errors import PipelineBusy, first_line
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
-from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, holder_of, mark_reset, records
+from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.lock_holders import Heartbeat, forget_beat
 from dataflow_core.spark.sinks.pipeline_lock import take_lock
@@ -53,12 +53,12 @@ def reset_pipeline(
 def _reset(spark: "SparkSession", spec: PipelineSpec, drop_outputs: bool, say: Callable[[str], None],
            abandon: int | None) -> list[str]:
     known = records(spark, spec)
-    abandoned = abandon is not None and known and known[0]["batch"] == abandon and holder_of(known[0]) == MICROBATCH
-    if known and known[0]["status"] == "started" and holder_of(known[0]) == MICROBATCH and not abandoned:
+    abandoned = abandon is not None and known and known[0].batch == abandon and known[0].holder == MICROBATCH
+    if known and known[0].status == "started" and known[0].holder == MICROBATCH and not abandoned:
         raise PipelineBusy(
-            f"pipeline {spec.name!r}: batch {known[0]['batch']} has not finished (running, or crashed: "
+            f"pipeline {spec.name!r}: batch {known[0].batch} has not finished (running, or crashed: "
             "run it again to finish it, or skip it: `dataflow microbatch --pipeline "
-            f"{spec.name} --skip-batch {known[0]['batch']}`); reset refused, nothing deleted"
+            f"{spec.name} --skip-batch {known[0].batch}`); reset refused, nothing deleted"
         )
     args = {"drop_outputs": drop_outputs, "abandon_batch": abandon}
     lock = take_lock(spark, spec, "reset", args, None, say, past_batch=abandon if abandoned else None)

@@ -19,7 +19,6 @@ happened: `dataflow reset --abandon-batch N` starts the live runs afresh past it
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError
@@ -29,7 +28,7 @@ from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
 from dataflow_core.spark.sinks.batches import (
-    MICROBATCH, RESET, SKIP, BatchRecord, append_record, holder_of, records,
+    MICROBATCH, RESET, SKIP, BatchRecord, LoggedBatch, append_record, records,
 )
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
@@ -50,29 +49,29 @@ def request_skip(spark: "SparkSession", pipeline: str, batch: int, reason: str =
     spec = get(pipeline)
     known = records(spark, spec)
     latest = known[0] if known else None
-    if latest is None or latest["status"] == RESET:
+    if latest is None or latest.status == RESET:
         raise DataflowError(f"pipeline {spec.name!r} has no batch {batch} to skip: no micro-batch ran since it started "
                             "(or since its reset)")
-    if latest["batch"] != batch:
+    if latest.batch != batch:
         raise DataflowError(
-            f"pipeline {spec.name!r}: batch {batch} is not its latest batch (that is batch {latest['batch']}, "
-            f"{latest['status']}); only the latest batch, while it has not finished, can be skipped"
+            f"pipeline {spec.name!r}: batch {batch} is not its latest batch (that is batch {latest.batch}, "
+            f"{latest.status}); only the latest batch, while it has not finished, can be skipped"
         )
-    if latest["status"] != "started":
-        raise DataflowError(f"pipeline {spec.name!r}: batch {batch} has {latest['status']}; there is nothing to skip")
-    if holder_of(latest) != MICROBATCH:
+    if latest.status != "started":
+        raise DataflowError(f"pipeline {spec.name!r}: batch {batch} has {latest.status}; there is nothing to skip")
+    if latest.holder != MICROBATCH:
         raise DataflowError(
-            f"pipeline {spec.name!r}: batch {batch} is the lock of {holder_of(latest)}, not a micro-batch; "
+            f"pipeline {spec.name!r}: batch {batch} is the lock of {latest.holder}, not a micro-batch; "
             "finish the backfill by running it again with the same arguments, or undo it: "
-            f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`"
+            f"`dataflow backfill --pipeline {spec.name} --abandon {latest.holder.split(' ', 1)[-1]}`"
         )
-    if latest["skip"] is not None:
-        return f"pipeline {spec.name}: batch {batch} is already to be skipped ({_reason(batch, latest['skip'])})"
-    refuse_if_partly_written(spark, spec, batch, json.loads(latest["versions"]))
-    rec = BatchRecord(batch, latest["stream_batch"], latest["now_ms"], json.loads(latest["versions"]),
-                      attempt=latest["attempt"] or 0, token=SKIP, stream_id=latest["stream_id"], skip=reason)
+    if latest.skip is not None:
+        return f"pipeline {spec.name}: batch {batch} is already to be skipped ({_reason(batch, latest.skip)})"
+    refuse_if_partly_written(spark, spec, batch, latest.versions)
+    rec = BatchRecord(batch, latest.stream_batch, latest.now_ms, dict(latest.versions), attempt=latest.attempt,
+                      token=SKIP, stream_id=latest.stream_id, skip=reason)
     append_record(spark, spec, rec, SKIP, None)
-    what = "its rows" if latest["stream_batch"] is not None else "nothing (a tick batch)"
+    what = "its rows" if latest.stream_batch is not None else "nothing (a tick batch)"
     return (f"pipeline {spec.name}: batch {batch} is to be skipped: the next run quarantines {what} in "
             f"{quarantine_table(spec)} ({_reason(batch, reason)}) and goes on with the batches after it")
 
@@ -101,7 +100,7 @@ def refuse_if_partly_written(spark: "SparkSession", spec: PipelineSpec, batch: i
 
 
 def skip_batch(
-    spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", rec: BatchRecord, prev: dict | None,
+    spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", rec: BatchRecord, prev: LoggedBatch | None,
     txn: Callable[[str], Txn], say: Callable[[str], None],
 ) -> Ledger:
     """Attempt `rec` at a batch the operator skips (see the module docstring): its rows go
@@ -125,8 +124,8 @@ def skip_batch(
                              F.unix_millis(F.expr(spec.event_time)).alias("event_ms")).where("event_id IS NOT NULL")
             remember_ids(spark, spec, ids, rec.batch, txn(f"{seen_table(spec)}-skip"))
         bad.unpersist()
-    rec.watermarks = json.loads(prev["watermarks"]) if prev else {}
-    rec.estimator = prev.get("estimator_state") if prev else None
+    rec.watermarks = dict(prev.watermarks) if prev else {}
+    rec.estimator = prev.estimator_state if prev else None
     say(f"batch {rec.batch} skipped by the operator: {ledger.read:,} rows quarantined in {quarantine_table(spec)} "
         "(nothing else written; watermarks as after the last finished batch)")
     return ledger

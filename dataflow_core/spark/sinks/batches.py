@@ -16,7 +16,6 @@ write plus Delta's jobs rebuilding the table's state. Spark reads it as any Delt
 
 from __future__ import annotations
 
-import copy
 import datetime as dt
 import json
 from dataclasses import dataclass, field
@@ -49,7 +48,7 @@ after it. Batch numbers go on from it (never reused), so no idempotent write of 
 batch is mistaken for one of an earlier life of the pipeline."""
 SKIP = "skip"
 """Status of an operator's request to skip an unfinished batch; `records` folds it into the
-batch's other records (key `skip`: the reason), so it is never a batch's latest record."""
+batch's other records (their `skip`: the reason), so it is never a batch's latest record."""
 ATTEMPTS = 1000
 """Attempts per batch in the claim's idempotent-write version (N * ATTEMPTS + attempt)."""
 
@@ -71,6 +70,50 @@ class BatchRecord:
     fenced_at: int = -1  # dataflow_batches' version when `fence` last found no later attempt (not stored)
 
 
+@dataclass(frozen=True)
+class LoggedBatch:
+    """One row of `dataflow_batches` as read back (`logged_batch`): its columns typed and its
+    JSON decoded, so no reader of the log parses a column of its own. `skip` is the reason of
+    the operator's skip request for the batch (None when there is none; see `records`)."""
+
+    pipeline: str
+    batch: int
+    stream_batch: int | None
+    now_ms: Instant  # the batch's processing time
+    status: str  # "started", "finished", RESET
+    versions: dict[str, int]  # the table versions the claim pinned
+    watermarks: dict[str, Instant]  # per stage output (and "input") after the batch
+    estimator_state: str | None  # what the estimator learnt (JSON text, carried over as it is)
+    ledger: dict[str, Any] | None  # a finished batch's (`runs.Ledger.as_dict`)
+    attempt: int
+    run_token: str | None
+    stream_id: str | None
+    holder: str  # MICROBATCH, or BACKFILL_LOCK_HOLDER + run id (`sinks.pipeline_lock`)
+    reason: str | None  # a skip request's reason, or a lock's note (JSON: `lock_note`)
+    skip: str | None = None
+
+    def lock_note(self) -> dict[str, Any]:
+        """The run a lock's record names (`sinks.pipeline_lock`): command, args, now, owner."""
+        return json.loads(self.reason or "{}")
+
+    def learnt(self) -> Any:
+        """What the watermark estimator had learnt after this batch (None: nothing recorded)."""
+        return json.loads(self.estimator_state) if self.estimator_state else None
+
+
+def logged_batch(row: dict[str, Any], skip: str | None = None) -> LoggedBatch:
+    """The record of a `dataflow_batches` row (a dict with LOG_COLUMNS), with the batch's
+    skip request (`skip`); the one place the log's columns are decoded."""
+    ledger = row["ledger"]
+    return LoggedBatch(
+        pipeline=row["pipeline"], batch=row["batch"], stream_batch=row["stream_batch"], now_ms=row["now_ms"],
+        status=row["status"], versions=json.loads(row["versions"] or "{}"),
+        watermarks=json.loads(row["watermarks"] or "{}"), estimator_state=row["estimator_state"],
+        ledger=json.loads(ledger) if ledger else None, attempt=row["attempt"] or 0, run_token=row["run_token"],
+        stream_id=row["stream_id"], holder=row["holder"] or MICROBATCH, reason=row["reason"], skip=skip,
+    )
+
+
 def checkpoint_path(spark: "SparkSession", pipeline: str) -> str:
     """Where the pipeline's stream checkpoint lives (the stream's half of the sequencer)."""
     from dataflow_core.spark.platform.session import warehouse_root
@@ -85,7 +128,7 @@ class BatchLog:
     stream input: its stream batch, the stream's query id and the batch number. One query,
     since each costs a Spark job and a Delta snapshot."""
 
-    records: list[dict]
+    records: list[LoggedBatch]
     committed: tuple[int | None, str | None, int | None]
     ran_live: bool = False
     """Whether a micro-batch finished since the last reset: until then the pipeline is not
@@ -123,14 +166,14 @@ class _LogRows:
         for r in recent:
             if r["status"] == SKIP:
                 continue
-            out.append({**r, "skip": skips.get(r["batch"])})
+            out.append(logged_batch(r, skips.get(r["batch"])))
             if r["status"] == RESET:
                 break
         last = next((r for r in self.rows if _is_streamed(r) and r["batch"] == self.streamed
                      and (self.reset is None or r["batch"] > self.reset)), None)
         committed = (None, None, None) if last is None else (last["stream_batch"], last["stream_id"], last["batch"])
         ran_live = self.live is not None and (self.reset is None or self.live > self.reset)
-        return BatchLog(copy.deepcopy(out), committed, ran_live)
+        return BatchLog(out, committed, ran_live)
 
 
 def _greatest(a: int | None, b: int | None) -> int | None:
@@ -242,7 +285,7 @@ def _followed(spark, spec: PipelineSpec, row: dict, committed: int | None) -> No
         _read_logs[(path, spec.name)] = ((table_id, committed), kept.plus(row))
 
 
-def records(spark, spec: PipelineSpec) -> list[dict]:
+def records(spark, spec: PipelineSpec) -> list[LoggedBatch]:
     """The records of the last two batches (so the last finished one is among them, however
     many attempts the latest took): per batch 'finished' first, then attempts newest first;
     a 'reset' row ends the list (what came before it is another life of the pipeline). A
@@ -251,9 +294,9 @@ def records(spark, spec: PipelineSpec) -> list[dict]:
     return read_log(spark, spec).records
 
 
-def next_batch(known: list[dict]) -> int:
+def next_batch(known: list[LoggedBatch]) -> int:
     """The number the next batch takes after these records (numbers are never reused)."""
-    return known[0]["batch"] + 1 if known else 0
+    return known[0].batch + 1 if known else 0
 
 
 def mark_reset(spark, spec: PipelineSpec) -> int:
@@ -370,6 +413,3 @@ def _refuse_superseded(spec: PipelineSpec, rec: BatchRecord, claimed: list[int])
             "committed is exactly what the other commits"
         )
 
-
-def holder_of(record: dict) -> str:
-    return record.get("holder") or MICROBATCH

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from dataflow_core.errors import DataflowError, PipelineBusy
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.spark.platform.delta import checked_commits, table_version
-from dataflow_core.spark.sinks.batches import holder_of, log_version, read_log
+from dataflow_core.spark.sinks.batches import log_version, read_log
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.pipeline_lock import (
     BACKFILL_LOCK_HOLDER, PipelineLock, ensure_control_tables, lock_holder_gone, owner_words, pipeline_tables, record_of,
@@ -36,7 +36,7 @@ def check_lock(spark: "SparkSession", spec: PipelineSpec, lock: PipelineLock) ->
     if version == lock.record.fenced_at:
         return
     latest = (read_log(spark, spec).records or [None])[0]  # of this version or a later one
-    if not latest or latest["status"] != "started" or holder_of(latest) != lock.record.holder:
+    if not latest or latest.status != "started" or latest.holder != lock.record.holder:
         raise PipelineBusy(
             f"pipeline {spec.name!r}: run {lock.run.run_id} no longer holds its lock (abandoned); it stopped writing"
         )
@@ -73,8 +73,8 @@ def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[st
     spec = get(pipeline)
     ensure_control_tables(spark)
     latest = (read_log(spark, spec).records or [None])[0]
-    if not latest or latest["status"] != "started" or holder_of(latest) != BACKFILL_LOCK_HOLDER + run_id:
-        what = "nothing" if not latest or latest["status"] != "started" else holder_of(latest)
+    if not latest or latest.status != "started" or latest.holder != BACKFILL_LOCK_HOLDER + run_id:
+        what = "nothing" if not latest or latest.status != "started" else latest.holder
         raise DataflowError(f"pipeline {spec.name!r}: run {run_id} does not have it locked ({what} does); nothing abandoned")
     what = lock_holder_gone(spark, spec, latest)
     if what is None and not force:
@@ -83,7 +83,7 @@ def abandon(spark: "SparkSession", pipeline: str, run_id: str, say: Callable[[st
             "now would restore its tables under it, so nothing was abandoned: stop it first (the same command "
             "resumes it later), or abandon it anyway with --force (its commits from then on are refused)")
     rec = record_of(latest)
-    note = json.loads(latest["reason"] or "{}")
+    note = latest.lock_note()
     if what is None:
         say(f"run {run_id} is still working (--force): its commits are fenced before its tables are restored")
     _fence_keys(spark, spec, run_id)  # also for a run taken for gone from another machine, which may be wrong

@@ -37,7 +37,7 @@ from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
 from dataflow_core.spark.sinks.batches import (
-    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, append_record, claim, holder_of, next_batch, read_log,
+    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, LoggedBatch, append_record, claim, next_batch, read_log,
 )
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
 from dataflow_core.spark.sinks.lock_holders import Owner, beat, forget_beat, gone, last_beat, this_owner
@@ -103,12 +103,12 @@ def take_lock(
     for _ in range(3):  # a finished run's lock, not yet released, is released and the log read again
         log = read_log(spark, spec)
         latest = log.records[0] if log.records else None
-        if latest is not None and latest["status"] == "started" and not _passed(latest, past_batch):
+        if latest is not None and latest.status == "started" and not _passed(latest, past_batch):
             held = _standing(spark, spec, latest, command, text, say)
             if held is None:
                 continue
             return held
-        last = next((r for r in log.records if r["status"] == FINISHED), None)
+        last = next((r for r in log.records if r.status == FINISHED), None)
         run = (replace(planned, resumed=True) if planned is not None
                else new_run(spec.name, command, text, _processing_time(now, last)))
         owner = this_owner()
@@ -129,21 +129,21 @@ def take_lock(
     raise PipelineBusy(f"pipeline {spec.name!r}: its lock keeps changing hands; try again")
 
 
-def _passed(latest: dict, past_batch: int | None) -> bool:
+def _passed(latest: LoggedBatch, past_batch: int | None) -> bool:
     """Whether `latest` is the unfinished micro-batch the caller claims past."""
-    return past_batch is not None and holder_of(latest) == MICROBATCH and latest["batch"] == past_batch
+    return past_batch is not None and latest.holder == MICROBATCH and latest.batch == past_batch
 
 
-def _standing(spark, spec: PipelineSpec, latest: dict, command: str, text: str, say) -> PipelineLock | None:
+def _standing(spark, spec: PipelineSpec, latest: LoggedBatch, command: str, text: str, say) -> PipelineLock | None:
     """The lock `latest` stands: resumed when it is this run's, released (None) when its run
     finished, else the pipeline is busy (stuck, when its run is gone or failed)."""
-    holder = holder_of(latest)
+    holder = latest.holder
     if holder == MICROBATCH:
         raise PipelineBusy(
-            f"pipeline {spec.name!r}: a micro-batch has it locked (batch {latest['batch']} has not finished: running, or "
+            f"pipeline {spec.name!r}: a micro-batch has it locked (batch {latest.batch} has not finished: running, or "
             "crashed and completed by its next run); this run stopped before reading, try again later (or --wait)"
         )
-    note = json.loads(latest["reason"] or "{}")
+    note = latest.lock_note()
     run_id = holder[len(BACKFILL_LOCK_HOLDER):]
     rec = record_of(latest)
     if release_if_finished(spark, spec, latest):
@@ -179,8 +179,8 @@ def _confirm(spark, spec: PipelineSpec, lock: PipelineLock) -> None:
 
     batches._read_logs.clear()
     latest = (read_log(spark, spec).records or [None])[0]
-    if not latest or latest["status"] != "started" or holder_of(latest) != lock.record.holder:
-        raise PipelineBusy(f"pipeline {spec.name!r}: another run has it locked ({holder_of(latest) if latest else 'none'}); "
+    if not latest or latest.status != "started" or latest.holder != lock.record.holder:
+        raise PipelineBusy(f"pipeline {spec.name!r}: another run has it locked ({latest.holder if latest else 'none'}); "
                            "this run stopped before reading: try again, or run with --wait")
 
 
@@ -189,12 +189,12 @@ def _describe(note: dict) -> str:
     return ", ".join(f"{k} {v}" for k, v in args.items() if k in ("start", "end")) or "no range"
 
 
-def lock_holder_gone(spark: "SparkSession", spec: PipelineSpec, latest: dict) -> str | None:
+def lock_holder_gone(spark: "SparkSession", spec: PipelineSpec, latest: LoggedBatch) -> str | None:
     """What happened to the run whose lock `latest` is (None: it is working, as far as can be
     told; `holders.gone`): its owner and heartbeat from its heartbeat file, else from its
     claim, and its latest failure."""
-    run_id = holder_of(latest)[len(BACKFILL_LOCK_HOLDER):]
-    note = json.loads(latest["reason"] or "{}")
+    run_id = latest.holder[len(BACKFILL_LOCK_HOLDER):]
+    note = latest.lock_note()
     owner, beat_at = last_beat(spark, spec.name, run_id)
     if owner is None:
         owner = Owner.of(note.get("owner"))
@@ -202,11 +202,11 @@ def lock_holder_gone(spark: "SparkSession", spec: PipelineSpec, latest: dict) ->
     return gone(owner, beat_at, last_failure(spark, run_id), time.time())
 
 
-def stuck_line(spark: "SparkSession", spec: PipelineSpec, latest: dict, what: str) -> str:
+def stuck_line(spark: "SparkSession", spec: PipelineSpec, latest: LoggedBatch, what: str) -> str:
     """The one line of a command that found the pipeline locked by a run that is gone or failed
     (`what` happened to it): the run, and the commands that resume and abandon it."""
-    run_id = holder_of(latest)[len(BACKFILL_LOCK_HOLDER):]
-    note = json.loads(latest["reason"] or "{}")
+    run_id = latest.holder[len(BACKFILL_LOCK_HOLDER):]
+    note = latest.lock_note()
     command, args = note.get("command", "backfill"), note.get("args") or "{}"
     planned = bool(json.loads(args).get("plan_only")) and _is_planned(spark, run_id)
     return (f"pipeline {spec.name!r} is locked by {command} run {run_id} ({_describe(note)}), which {what}; nothing "
@@ -220,24 +220,24 @@ def _is_planned(spark, run_id: str) -> bool:
     return state is not None and state.status == PLANNED
 
 
-def refuse_if_locked(spark: "SparkSession", spec: PipelineSpec, latest: dict | None) -> None:
+def refuse_if_locked(spark: "SparkSession", spec: PipelineSpec, latest: LoggedBatch | None) -> None:
     """A micro-batch does not start while another run has the pipeline locked: busy while that run
     works, stuck when it is gone or failed."""
-    if not latest or latest["status"] != "started" or holder_of(latest) == MICROBATCH:
+    if not latest or latest.status != "started" or latest.holder == MICROBATCH:
         return
-    what = lock_holder_gone(spark, spec, latest) if holder_of(latest).startswith(BACKFILL_LOCK_HOLDER) else None
+    what = lock_holder_gone(spark, spec, latest) if latest.holder.startswith(BACKFILL_LOCK_HOLDER) else None
     if what is not None:
         raise PipelineStuck(stuck_line(spark, spec, latest, what))
     raise PipelineBusy(
-        f"pipeline {spec.name!r} is locked by {holder_of(latest)} (batch {latest['batch']}), which is writing "
+        f"pipeline {spec.name!r} is locked by {latest.holder} (batch {latest.batch}), which is writing "
         "its tables; this micro-batch stopped without writing and runs once that run has finished "
         "(a run that stops finishes when run again with the same arguments, or is undone by "
-        f"`dataflow backfill --pipeline {spec.name} --abandon {holder_of(latest).split(' ', 1)[-1]}`)"
+        f"`dataflow backfill --pipeline {spec.name} --abandon {latest.holder.split(' ', 1)[-1]}`)"
     )
 
 
-def _processing_time(now: Instant | None, last: dict | None) -> Instant:
-    floor = last["now_ms"] if last else None
+def _processing_time(now: Instant | None, last: LoggedBatch | None) -> Instant:
+    floor = last.now_ms if last else None
     if now is None:
         clock = int(time.time() * 1000)
         return clock if floor is None else max(clock, floor)
@@ -265,7 +265,7 @@ def input_key(pipeline: str) -> str:
     return f"input:{pipeline}"
 
 
-def _lock_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: Run, owner: Owner) -> BatchRecord:
+def _lock_record(spark, spec: PipelineSpec, batch: int, last: LoggedBatch | None, run: Run, owner: Owner) -> BatchRecord:
     """The lock's record for `batch`: the live clock, watermarks and estimator of the last
     finished batch (a lock changes none of them), the versions it pins, the run and its owner."""
     versions = {name: table_version(spark, name) for name in pipeline_tables(spec)}
@@ -273,26 +273,26 @@ def _lock_record(spark, spec: PipelineSpec, batch: int, last: dict | None, run: 
     holder = BACKFILL_LOCK_HOLDER + run.run_id
     note = json.dumps({"command": run.command, "args": run.args, "now": run.now, "owner": owner.as_dict()})
     return BatchRecord(
-        batch=batch, stream_batch=None, now=last["now_ms"] if last else 0, versions=versions, attempt=0,
-        token=holder, stream_id=None, watermarks=json.loads(last["watermarks"] or "{}") if last else {},
-        estimator=last.get("estimator_state") if last else None, holder=holder, note=note,
+        batch=batch, stream_batch=None, now=last.now_ms if last else 0, versions=versions, attempt=0,
+        token=holder, stream_id=None, watermarks=dict(last.watermarks) if last else {},
+        estimator=last.estimator_state if last else None, holder=holder, note=note,
     )
 
 
-def record_of(row: dict) -> BatchRecord:
+def record_of(row: LoggedBatch) -> BatchRecord:
+    """The lock's record `row` as its run writes it again (its release, an abandon's)."""
     return BatchRecord(
-        batch=row["batch"], stream_batch=None, now=row["now_ms"], versions=json.loads(row["versions"] or "{}"),
-        attempt=row["attempt"] or 0, token=row["run_token"], stream_id=None,
-        watermarks=json.loads(row["watermarks"] or "{}"), estimator=row.get("estimator_state"),
-        holder=holder_of(row), note=row["reason"],
+        batch=row.batch, stream_batch=None, now=row.now_ms, versions=dict(row.versions), attempt=row.attempt,
+        token=row.run_token, stream_id=None, watermarks=dict(row.watermarks), estimator=row.estimator_state,
+        holder=row.holder, note=row.reason,
     )
 
 
-def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: dict) -> bool:
+def release_if_finished(spark: "SparkSession", spec: PipelineSpec, latest: LoggedBatch) -> bool:
     """Release the backfill lock `latest` (the pipeline's latest record) if its run finished
     (it was stopped between recording that and releasing); True if it did."""
-    holder = holder_of(latest)
-    if latest["status"] != "started" or not holder.startswith(BACKFILL_LOCK_HOLDER):
+    holder = latest.holder
+    if latest.status != "started" or not holder.startswith(BACKFILL_LOCK_HOLDER):
         return False
     run_id = holder[len(BACKFILL_LOCK_HOLDER):]
     if run_status(spark, run_id) != FINISHED:
@@ -326,10 +326,10 @@ def release(spark: "SparkSession", spec: PipelineSpec, rec: BatchRecord, ledger:
         forget_beat(spark, spec.name, rec.holder[len(BACKFILL_LOCK_HOLDER):])
 
 
-def owner_words(spark, spec: PipelineSpec, latest: dict) -> str:
+def owner_words(spark, spec: PipelineSpec, latest: LoggedBatch) -> str:
     """The working holder's process and heartbeat, in words."""
-    run_id = holder_of(latest)[len(BACKFILL_LOCK_HOLDER):]
+    run_id = latest.holder[len(BACKFILL_LOCK_HOLDER):]
     owner, beat_at = last_beat(spark, spec.name, run_id)
-    owner = owner or Owner.of(json.loads(latest["reason"] or "{}").get("owner"))
+    owner = owner or Owner.of(latest.lock_note().get("owner"))
     where = owner.describe() if owner else "its process is not recorded"
     return where + (f", last heartbeat {time.time() - beat_at:.0f} s ago" if beat_at else "")

@@ -16,7 +16,6 @@ is a duplicate only once every window of it is counted.
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 from dataflow_core.model.time import Instant, parse_duration
@@ -118,10 +117,10 @@ def expire_seen_ids(spark: "SparkSession", spec: PipelineSpec) -> int:
     from pyspark.sql import functions as F
 
     name = seen_table(spec)
-    finished = [r for r in records(spark, spec) if r["status"] == "finished"]
+    finished = [r for r in records(spark, spec) if r.status == "finished"]
     if not table_exists(spark, name) or not finished:
         return 0
-    before = horizon(spec, json.loads(finished[0]["watermarks"]).get("input", BEGINNING_OF_TIME))
+    before = horizon(spec, finished[0].watermarks.get("input", BEGINNING_OF_TIME))
     if before is None:
         return 0
     table = DeltaTable.forPath(spark, table_path(spark, name))
