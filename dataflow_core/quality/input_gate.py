@@ -24,7 +24,7 @@ INPUT_SUITE = "dataflow_input"
 MAX_BAD_SHARE_ENV = "DATAFLOW_GATE_MAX_BAD_SHARE"
 DEFAULT_MAX_BAD_SHARE = 0.02  # a rule broken by more than 2 % of the range's rows fails the gate
 GATE = "gate"
-"""The command the gate has the pipeline locked as while it writes the quarantine (`jobs.holding`)."""
+"""The command the gate has the pipeline locked as while it writes the quarantine (`jobs.locked_writes`)."""
 GATE_WAIT_S = 300.0
 """How long the gate waits, its rows validated, for a working run that has the pipeline locked
 (a micro-batch is done well within it) before it is busy."""
@@ -108,7 +108,7 @@ def gate_input(
     row is there once). Rows stamped after `now` (ms; default the clock) plus the
     pipeline's `max_skew` are future-dated. The quarantine is the pipeline's, which its
     backfills and micro-batches write too: the gate writes it locking the pipeline
-    (`jobs.holding`), after waiting at most `wait_s` seconds (None: not at all) for a working
+    (`jobs.locked_writes`), after waiting at most `wait_s` seconds (None: not at all) for a working
     run that holds it (PipelineBusy then; PipelineStuck at once when that run is gone or
     failed), so that its MERGE never races theirs."""
     import time
@@ -141,10 +141,10 @@ def gate_input(
 
 def _quarantine_held(spark: "SparkSession", spec: "PipelineSpec", bad: "DataFrame", run_id: str, say) -> None:
     """The refused rows MERGEd into the pipeline's quarantine while the gate has the pipeline locked."""
-    from dataflow_core.spark.jobs.holding import holding
+    from dataflow_core.spark.jobs.locked_writes import locked_writes
     from dataflow_core.spark.sinks.quarantine import write_quarantine
 
-    with holding(spark, spec, GATE, say):
+    with locked_writes(spark, spec, GATE, say):
         write_quarantine(spark, spec, bad, run_id)
 
 

@@ -1,7 +1,7 @@
 """Maintenance of one pipeline's Delta tables (`dataflow maintain`, the `dataflow_maintenance`
 DAG): forget event ids past the duplicate-detection horizon, OPTIMIZE and VACUUM.
 
-It has the pipeline locked while it works (`jobs.holding`), as reset does: its OPTIMIZE and its
+It has the pipeline locked while it works (`jobs.locked_writes`), as reset does: its OPTIMIZE and its
 DELETE of expired ids would otherwise conflict with a live batch's MERGE (which then fails or
 is skipped), and the RESTORE of an `--abandon` would race them. Held by a working run, it is
 busy (its callers, `airflow.maintenance`, wait a bounded time first); locked by a run that is
@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from dataflow_core.model.time import format_instant
 from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.jobs.crash import crash_point
-from dataflow_core.spark.jobs.holding import holding
+from dataflow_core.spark.jobs.locked_writes import locked_writes
 from dataflow_core.spark.sinks.fencing import check_lock
 from dataflow_core.spark.sinks.pipeline_lock import PipelineLock
 
@@ -61,7 +61,7 @@ def maintain(spark: "SparkSession", pipeline: str, hours: float, results_file_by
 
     spec = get(pipeline)
     done: dict[str, Any] = {"retention_hours": hours, "tables": {}}
-    with holding(spark, spec, MAINTAIN, say) as lock:
+    with locked_writes(spark, spec, MAINTAIN, say) as lock:
         say(f"run {lock.run.run_id} has locked pipeline {spec.name} for maintenance")
         tables = maintained_tables(spark, spec)
         if not tables:

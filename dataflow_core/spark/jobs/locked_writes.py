@@ -1,9 +1,9 @@
 """Writers that are neither a backfill nor a micro-batch take the pipeline too: maintenance
 (OPTIMIZE, VACUUM, seen ids forgotten past their horizon) and the input gate's quarantine
-MERGE. Unheld, their commits race the live batches' (a conflict turns a micro-batch into a
+MERGE. Unlocked, their commits race the live batches' (a conflict turns a micro-batch into a
 failure or a skip) and an `--abandon`'s RESTORE.
 
-`holding` claims the pipeline as `dataflow reset` and `--reject` do (`sinks.pipeline_lock.take_lock`:
+`locked_writes` claims the pipeline as `dataflow reset` and `--reject` do (`sinks.pipeline_lock.take_lock`:
 busy while another run works locking it, stuck when that run is gone or failed; a caller that
 waits for a working holder tries again, `cli.waiting.until_free`); while inside, the run beats and every commit
 it makes to a table of the pipeline checks first that its lock stands (`fenced_commits`;
@@ -36,9 +36,11 @@ Say = Callable[[str], None]
 
 
 @contextmanager
-def holding(spark: "SparkSession", spec: PipelineSpec, command: str, say: Say = lambda _m: None) -> Iterator[PipelineLock]:
-    """The pipeline locked by a run of `command` while inside (see the module docstring):
-    PipelineBusy (before anything is written) when a working run holds it, PipelineStuck
+def locked_writes(spark: "SparkSession", spec: PipelineSpec, command: str,
+                  say: Say = lambda _m: None) -> Iterator[PipelineLock]:
+    """The pipeline locked by a run of `command` while inside, every commit to its tables
+    fenced by the lock, and the lock released after (see the module docstring):
+    PipelineBusy (before anything is written) when a working run has it locked, PipelineStuck
     when that run is gone or failed."""
     lock = take_lock(spark, spec, command, {}, None, say)
     with Heartbeat(spark, spec.name, lock.run.run_id, lock.owner or this_owner()), fenced_commits(spark, spec, lock):

@@ -1,5 +1,5 @@
 """Every writer takes the pipeline (issue 63.5): maintenance (OPTIMIZE, VACUUM, expired seen
-ids) and the input gate's quarantine MERGE hold it as `dataflow reset` does. While another run
+ids) and the input gate's quarantine MERGE lock it as `dataflow reset` does. While another run
 has it locked they write nothing: busy while that run works (the Airflow maintenance task fails,
 never skips), stuck at once when it failed; VACUUM keeps every version an `--abandon` could
 restore, so that abandoning a locked run, maintenance's own included, gives back the tables
@@ -50,13 +50,13 @@ def _maintained(spark, spec: PipelineSpec) -> list[str]:
             and any(op.startswith(("OPTIMIZE", "VACUUM")) for op in _operations(spark, t))]
 
 
-def _holds(spark, spec: PipelineSpec) -> list[tuple[str, str]]:
+def _locks(spark, spec: PipelineSpec) -> list[tuple[str, str]]:
     """The pipeline's batch records (status, command of the holder), oldest first."""
     log = read_table(spark, "dataflow_batches").where(f"pipeline = '{spec.name}'").orderBy("batch", "status")
     return [(r["status"], (r["holder"] or "microbatch").split(" ")[-1].split("-")[0]) for r in log.collect()]
 
 
-def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_does(spark, tmp_path, capsys):
+def test_maintenance_locks_the_pipeline_and_its_task_fails_while_another_run_does(spark, tmp_path, capsys):
     """While a backfill works locking the pipeline, maintenance is busy and touches no table
     (`dataflow maintain` exits 75 with one line), and the Airflow task fails on it (not a
     skip); once that run failed, the command exits 76 and the task fails at once, however long
@@ -73,7 +73,7 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
         code = main(["maintain", "--pipeline", spec.name, "--warehouse", str(tmp_path / "wh")])
         return code, capsys.readouterr().err.strip().splitlines()
 
-    spec = _billing(f"t_maint_hold_{next(_names)}", AccumulationMode.RETRACTING)
+    spec = _billing(f"t_maint_lock_{next(_names)}", AccumulationMode.RETRACTING)
     with in_warehouse(spark, tmp_path / "wh"):
         write_input(spark, spec.input_table, to_rows(VIEWS))
         assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02").ledger_ok
@@ -96,7 +96,7 @@ def test_maintenance_holds_the_pipeline_and_its_task_fails_while_another_run_doe
         done = maintain(spark, spec.name, 168, None)
         assert set(done["tables"]) >= {spec.stages[0].output, f"{spec.stages[0].output}_panes"}
         assert set(_maintained(spark, spec)) == set(done["tables"]) - {layout.BATCHES}
-        assert _holds(spark, spec)[-2:] == [("finished", "maintain"), ("started", "maintain")]
+        assert _locks(spark, spec)[-2:] == [("finished", "maintain"), ("started", "maintain")]
         runs = read_table(spark, "dataflow_runs").where(f"pipeline = '{spec.name}' AND command = 'maintain'")
         assert sorted(r["status"] for r in runs.collect()) == ["finished", "started"]
 
@@ -143,8 +143,8 @@ def _contents(spark, tables: list[str]) -> dict[str, Counter]:
     return {t: Counter(tuple(r) for r in read_table(spark, t).collect()) for t in tables}
 
 
-def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_path, crash):
-    """Maintenance with no retention of its own (0 h) stops after its first VACUUM, holding
+def test_vacuum_keeps_what_an_abandon_of_the_locking_run_restores(spark, tmp_path, crash):
+    """Maintenance with no retention of its own (0 h) stops after its first VACUUM, locking
     the pipeline: that VACUUM kept the files its OPTIMIZE replaced, which the versions its lock
     found need, so `--abandon` of it restores every table to what it held (a VACUUM of 0 h
     deletes those files, and the restored table cannot be read)."""
@@ -171,7 +171,7 @@ def test_vacuum_keeps_what_an_abandon_of_the_holding_run_restores(spark, tmp_pat
         assert int(json.loads(vacuum["operationParameters"]["specifiedRetentionMillis"])) > 0
 
 
-def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, tmp_path):
+def test_the_input_gate_writes_the_quarantine_only_with_the_pipeline_locked(spark, tmp_path):
     """While a run works locking the pipeline, the gate validates its range but does not
     MERGE its refused rows into the pipeline's quarantine (the run may be writing it): busy,
     after waiting as long as it was told, and the quarantine unchanged; stuck once that run
@@ -179,7 +179,7 @@ def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, t
     MERGE fails (its run then recorded failed): the pipeline is never left locked by a gate."""
     from dataflow_core.quality.gates import gate_input
 
-    spec = orders_pipeline(f"t_gate_hold_{next(_names)}")
+    spec = orders_pipeline(f"t_gate_lock_{next(_names)}")
     i = DAY0 + 5 * M
     with in_warehouse(spark, tmp_path / "wh"):
         write_orders(spark, spec.input_table, [("past", "shop/7", 2.0, i + SKEW + 1, i), ("g", "shop/7", 8.0, i, i)])
@@ -197,11 +197,11 @@ def test_the_input_gate_writes_the_quarantine_only_holding_the_pipeline(spark, t
         with pytest.raises(DataflowError, match="exists with another layout"):
             gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-fails", docs_dir=tmp_path / "docs",
                        now=DAY0 + 12 * 3600_000)
-        assert _holds(spark, spec)[-2:] == [("finished", "gate"), ("started", "gate")]  # failed, and released
+        assert _locks(spark, spec)[-2:] == [("finished", "gate"), ("started", "gate")]  # failed, and released
         failed = read_table(spark, "dataflow_runs").where(f"pipeline = '{spec.name}' AND command = 'gate'").collect()
         assert [r["status"] for r in failed if r["status"] == "failed"] == ["failed"]
         drop_table(spark, f"{spec.name}__quarantine")
         gate = gate_input(spark, spec, "2024-05-01", "2024-05-02", "gate-free", docs_dir=tmp_path / "docs",
                           now=DAY0 + 12 * 3600_000)
         assert gate.quarantined == 1 and reasons(spark, spec) == {"past": "event_time_beyond_skew"}
-        assert _holds(spark, spec)[-2:] == [("finished", "gate"), ("started", "gate")]
+        assert _locks(spark, spec)[-2:] == [("finished", "gate"), ("started", "gate")]
