@@ -105,13 +105,55 @@ def check_poison(got: dict[str, str]) -> None:
     assert got["inf"] in ("value_invalid", "value_invalid: value is infinite")
 
 
-def test_poison_values_and_failing_keys_are_quarantined_and_the_rest_of_the_backfill_counts(spark):
+def test_poison_values_and_failing_keys_are_quarantined_and_the_rest_of_the_backfill_counts(spark, warehouse):
+    from dataflow_core.airflow.plugin.app import render_page
+    from dataflow_core.airflow.plugin.explorer import key_view, search_keys
+
     spec = orders_pipeline(f"t_poison_{next(_names)}")
     write_orders(spark, spec.input_table, GOOD + POISON)
     result = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now="2024-05-01T12:00:00Z")
     check_poison(reasons(spark, spec))
     assert result.ledger_ok and result.ledger["quarantined"] == len(POISON) and result.ledger["accepted"] == 3
     assert sums(spark, spec) == {"7": Decimal("3.750"), "8": Decimal("4.000")}
+    # the explorer finds a Spark-only key expression's panes as the runs wrote them, and
+    # recomputes no key with DataFusion (which has no `split`): it says so instead
+    assert [k["key"] for k in search_keys(spec, None, "", warehouse=str(warehouse))] == ["7", "8"]
+    view = key_view(spec.name, None, "7", warehouse=str(warehouse))
+    assert view.counts["panes"] == 1 and [str(r["value"]) for r in view.results] == ["3.750"]
+    assert view.counts["read"] == 0 and "element_at" in view.note and "dataflow diagram" in view.note, view.note
+    page = render_page(spec.name, None, "7", "", "", str(warehouse))
+    assert 'id="diagram"' in page and 'id="elements-note"' in page and 'id="error"' not in page
+
+
+def test_the_expressions_the_explorer_evaluates_give_the_values_spark_gives(spark, warehouse):
+    """Each expression `query.spark_dialect` lets DataFusion evaluate gives Spark's value on
+    every row (nulls, short strings included); some it refuses give other values silently."""
+    from pyspark.sql import functions as F
+
+    from dataflow_core.query import query
+    from dataflow_core.spark.platform.tables import write_table
+    from tests.core.test_spark_dialect import AGREE
+
+    table = f"t_dialect_{next(_names)}"
+    rows = [(0, "abc", "a", "1", "de", 7, 5, "x/y/z", T, 1.5), (1, "d", None, "2", "fr", -3, -7, "p", T + M, None),
+            (2, None, "x", None, None, None, None, None, None, 2.5), (3, "", "y", "b", "It", 0, 0, "", T, -0.5)]
+    df = spark.createDataFrame(rows, "id int, shop_code string, a string, b string, country string, shop_id bigint, "
+                                     "n int, path string, e bigint, amount double")
+    write_table(spark, df.withColumn("ordered_at", F.timestamp_millis("e")).drop("e"), table)
+
+    def both(expression: str) -> tuple[list, list]:
+        ours = [r[0] for r in spark.sql(f"SELECT CAST(({expression}) AS STRING) FROM {table} ORDER BY id").collect()]
+        fast = query(f"SELECT CAST(({expression}) AS VARCHAR) FROM {table} ORDER BY id", str(warehouse))
+        return ours, fast.table.column(0).to_pylist()
+
+    for expression in AGREE:
+        if expression == "ordered_at":
+            continue  # a timestamp agrees as a value, not as text (each engine writes its own)
+        ours, fast = both(expression)
+        assert ours == fast, (expression, ours, fast)
+    for expression in ("substr(shop_code, 0, 2)", "substr(shop_code, -2)", "concat(a, b)", "n / 2"):
+        ours, fast = both(expression)
+        assert ours != fast, (expression, ours)
 
 
 def test_a_double_value_that_is_nan_or_infinite_is_invalid(spark):

@@ -245,6 +245,7 @@ def render_page(pipeline: str | None, stage: str | None, key: str, event_from: s
         parts.append(
             f'<h2>Key {html.escape(view.key)} <small>{view.range_text[0]} to {view.range_text[1]}</small></h2>'
             + _counts(c)
+            + (f'<p class="hint" id="elements-note">{html.escape(view.note)}</p>' if view.note else "")
             + f'<div id="diagram" data-panes="{c["panes"]}" data-retractions="{c["retractions"]}" '
             f'data-elements="{c["elements"]}" data-watermark-steps="{c["watermark_steps"]}">{view.svg}</div>'
             '<p class="hint">Hover over a pane, an element or a watermark mark for its value and times '

@@ -16,6 +16,7 @@ from dataflow_core.model.input_rules import first_deliveries, input_of
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import layout
 from dataflow_core.query import list_tables, literal, query, quote_ident
+from dataflow_core.query.spark_dialect import differs_from_spark
 
 DEFAULT_SPAN_MS = 12 * 3600 * 1000  # without --to: at most 12 hours from the first window
 KEY_LIST_LIMIT = 50
@@ -110,6 +111,7 @@ class KeyView:
     results: list[dict[str, Any]]
     elements: int
     counts: dict[str, int] = field(default_factory=dict)
+    note: str = ""  # why the input's elements are not drawn (`unlike_spark`), else empty
 
     @property
     def range_text(self) -> tuple[str, str]:
@@ -139,9 +141,10 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
     pane_table = layout.panes(st)
     if pane_table not in tables:
         raise DataflowError(f"table {pane_table!r} does not exist yet (has pipeline {pipeline!r} run?)")
+    unlike = unlike_spark(spec, tables, warehouse) if index == 0 else None
     if index == 0:
         source, time_col = spec.input_table, input_of(spec).event_time.expression
-        source_filter = input_key_filter(spec, key)
+        source_filter = None if unlike else input_key_filter(spec, key)
     else:
         source, time_col = layout.panes(spec.stages[index - 1]), "timestamp"
         source_filter = _key_filter(key)
@@ -154,7 +157,7 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         f"is_last, is_retraction, emitted_at, run_id FROM {pane_table} WHERE {_key_filter(key)} AND {in_range} "
         "ORDER BY emitted_at, window_start, pane_index, is_retraction", warehouse).table.to_pandas()
     if index == 0:
-        elements = input_elements(spec, tables, key, lo, hi, warehouse)
+        elements = input_elements(spec, tables if unlike is None else set(), key, lo, hi, warehouse)
         element_args: dict[str, Any] = {}
     else:
         elements = query(
@@ -180,23 +183,28 @@ def key_view(pipeline: str, stage: str | None, key_text: str, event_from: str | 
         results = query(f"SELECT * FROM {layout.results(st)} WHERE {_key_filter(key)} AND {in_range} "
                         "ORDER BY window_start", warehouse).table.to_pylist()
     rows = [{c: r[c] for c in PANE_LOG_COLUMNS} for r in panes.to_dict("records")]
+    note = "" if unlike is None else (
+        f"The input's elements are not drawn: the explorer reads with DataFusion, which may not evaluate the "
+        f"pipeline's {unlike}. `dataflow diagram --pipeline {pipeline} --key '{key_label(key)}' --from "
+        f"{format_instant(lo)} --to {format_instant(hi)}` draws them with Spark, as the runs computed them.")
     return KeyView(pipeline, st.output, str(key_label(key)), lo, hi, svg, rows, results, len(history.elements),
-                   _counts(history, elements))
+                   _counts(history, elements), note)
 
 
 def _event_range(key: dict, event_from: str | None, event_to: str | None, pane_table: str, source: str,
-                 time_col: str, source_filter: str, tables: set[str], warehouse: str | None) -> tuple[int, int]:
+                 time_col: str, source_filter: str | None, tables: set[str], warehouse: str | None) -> tuple[int, int]:
     """The event-time range [lo, hi) to show: as given, else the key's windows (or, for global
-    windows, its elements' event times), at most DEFAULT_SPAN_MS long."""
+    windows, its elements' event times, unless `source_filter` is None: they cannot be
+    found), at most DEFAULT_SPAN_MS long."""
     lo, hi = _instant(event_from, "from"), _instant(event_to, "to")
     if lo is None or hi is None:
         span = query(f"SELECT count(*) AS n, min(window_start) AS lo, max(window_end) AS hi FROM {pane_table} "
                      f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
         if not span["n"]:
             raise DataflowError(f"unknown key {key_label(key)!r}: no panes for it in {pane_table}")
-        if span["lo"] is None and source in tables:  # global windows: the elements' event times
+        if span["lo"] is None and source in tables and source_filter:  # global windows: the elements' event times
             span = query(f"SELECT min({time_col}) AS lo, max({time_col}) AS hi FROM {source} "
-                         f"WHERE {_key_filter(key)}", warehouse).table.to_pylist()[0]
+                         f"WHERE {source_filter}", warehouse).table.to_pylist()[0]
         if span["lo"] is None:
             raise DataflowError("give the event-time range (from, to): the key's windows have no bounds")
         first = int(span["lo"].timestamp() * 1000)
@@ -222,6 +230,24 @@ def _counts(history: Any, elements: Any) -> dict[str, int]:
         "quarantined": kinds.count("quarantined"),
         "watermark_steps": len(history.watermarks),
     }
+
+
+def unlike_spark(spec: Any, tables: set[str], warehouse: str | None) -> str | None:
+    """What of the pipeline's input description DataFusion may evaluate otherwise than Spark
+    (`query.spark_dialect`): the first key, time or id expression (named, with why); None
+    when the explorer finds a key's input rows as the runners did."""
+    inexact: list[str] = []
+    if spec.input_table in tables:
+        import pyarrow.types as pt
+
+        schema = query(f"SELECT * FROM {spec.input_table} LIMIT 0", warehouse).table.schema
+        inexact = [f.name for f in schema if pt.is_timestamp(f.type) or pt.is_floating(f.type)]
+    desc = input_of(spec)
+    for f in (*desc.key, desc.event_time, desc.ingest_time, desc.event_id):
+        why = differs_from_spark(f.expression, inexact)
+        if why is not None:
+            return f"{f.label} as Spark does ({why})"
+    return None
 
 
 def input_key_filter(spec: Any, key: dict[str, str]) -> str:
