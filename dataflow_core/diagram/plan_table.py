@@ -5,6 +5,7 @@ task's Markdown and the pane explorer's plan view all render these rows."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from dataclasses import dataclass, field
 from numbers import Number
 from typing import Any
@@ -45,6 +46,27 @@ class StageDiff:
             if c.change is not None:
                 sums[c.key] = sums.get(c.key, 0) + c.change
         return sums
+
+
+BAR_WIDTH = 160.0
+"""The widest bar of the plan view, in pixels: the stage's largest value."""
+
+
+def bar_widths(diff: StageDiff, full: float = BAR_WIDTH) -> list[tuple[float, float]]:
+    """Per changed window, the widths of its old and new bars, scaled to the stage's largest
+    value (`magnitude`): money is Decimal, counts int, means float, and all must draw."""
+    sizes = [(magnitude(c.old), magnitude(c.new)) for c in diff.changes]
+    top = max((s for pair in sizes for s in pair), default=0.0) or 1.0
+    return [(old / top * full, new / top * full) for old, new in sizes]
+
+
+def magnitude(value: Any) -> float:
+    """The size of a value as a bar draws it: |value| for any real number (int, float,
+    Decimal), 0 for anything else (a missing side, a list, NaN)."""
+    if not isinstance(value, Number) or isinstance(value, (bool, complex)):
+        return 0.0
+    size = abs(float(value))
+    return size if math.isfinite(size) else 0.0
 
 
 def window_text(start: int | None, end: int | None) -> str:

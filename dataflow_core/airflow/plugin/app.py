@@ -165,7 +165,7 @@ def render_plan_page(pipeline: str | None, run_id: str, warehouse: str | None,
 
 def _plan_section(plan: dict[str, Any], stages: list[Any]) -> str:
     """One plan: its status, then per stage each window's old and new value side by side."""
-    from dataflow_core.diagram.plan_table import key_rows, stage_rows
+    from dataflow_core.diagram.plan_table import bar_widths, key_rows, stage_rows
 
     head = (f'<h2 id="plan-head">Plan {html.escape(plan["run_id"])} <small>[{html.escape(plan["start"])}, '
             f'{html.escape(plan["end"])})</small> <span class="status-{plan["status"]}">{plan["status"]}</span></h2>')
@@ -176,8 +176,7 @@ def _plan_section(plan: dict[str, Any], stages: list[Any]) -> str:
     out = [head]
     for diff in stages:
         columns, rows = stage_rows(diff)
-        top = max([abs(v) for c in diff.changes for v in (c.old, c.new) if isinstance(v, (int, float))] or [1]) or 1
-        table = [dict(zip(columns, row), bars=_bars(c.old, c.new, top)) for c, row in zip(diff.changes, rows)]
+        table = [dict(zip(columns, row), bars=_bars(*widths)) for widths, row in zip(bar_widths(diff), rows)]
         out.append(f'<h3>{html.escape(diff.stage)}: {len(diff.changes):,} window(s) change</h3>')
         out.append(_table(f"plan-{diff.stage}", table, raw={"bars"}))
         columns, rows = key_rows(diff)
@@ -186,10 +185,9 @@ def _plan_section(plan: dict[str, Any], stages: list[Any]) -> str:
     return "\n".join(out)
 
 
-def _bars(old: Any, new: Any, top: float) -> str:
-    """Old (grey) against new (blue), as bars scaled to the stage's largest value."""
-    def bar(value: Any, kind: str) -> str:
-        width = abs(value) / top * 160 if isinstance(value, (int, float)) else 0
+def _bars(old: float, new: float) -> str:
+    """Old (grey) against new (blue), widths in pixels (`plan_table.bar_widths`)."""
+    def bar(width: float, kind: str) -> str:
         return f'<span class="bar {kind}" style="width:{width:.0f}px"></span>'
 
     return f'<span class="bars">{bar(old, "old")}{bar(new, "new")}</span>'
