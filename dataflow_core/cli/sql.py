@@ -8,7 +8,9 @@ Engines (`--engine`):
 - `auto` (default): reads go to the fast reader (`dataflow_core.query`: delta-rs and its
   DataFusion SQL engine, no JVM, about a tenth of a second); statements that write (INSERT,
   MERGE, DELETE, UPDATE, CREATE, ...) go to Spark. If the fast reader cannot read a table (a
-  Delta reader feature delta-rs lacks), the query runs on Spark and a note says so on stderr.
+  Delta reader feature delta-rs lacks) or does not implement the SQL (Spark's `LATERAL VIEW
+  explode(...)`, `SORT BY`, Spark-only functions), the query runs on Spark and a one-line note
+  says so on stderr.
 - `fast`: the fast reader only (an error if it cannot answer).
 - `spark`: Spark SQL on a Spark session (`--master`), as every job writes the tables.
 
@@ -86,31 +88,41 @@ def run(args: argparse.Namespace) -> int:
     if is_write(args.query) and not args.force:
         refuse_pipeline_writes(args.query)
     started = time.perf_counter()
+    columns, rows, more, used = read_rows(args.query, engine, args.master, args.warehouse, args.limit,
+                                          fallback=args.engine == "auto")
+    print_rows(args.format, columns, rows, more, args.limit, f"{used}, {time.perf_counter() - started:.2f} s")
+    return 0
+
+
+def read_rows(sql: str, engine: str, master: str | None, warehouse: str | None, limit: int,
+              fallback: bool = True, command: str = "sql") -> tuple[list[str], list[list[Any]], bool, str]:
+    """`sql`'s columns, rows (at most `limit`, 0: all), whether there were more, and the engine
+    that answered. On `engine` fast, what the fast reader cannot answer (a table feature or
+    SQL it does not implement) runs on Spark when `fallback`, with a one-line note on stderr."""
     if engine == "fast":
         from dataflow_core.query import FastReaderUnsupported
 
         try:
-            columns, rows, more = fast_rows(args.query, args.warehouse, args.limit)
-            used = "fast reader"
+            return (*fast_rows(sql, warehouse, limit), "fast reader")
         except FastReaderUnsupported as exc:
-            if args.engine == "fast":
+            if not fallback:
                 raise
-            print(f"dataflow sql: {exc}; running it on Spark instead", file=sys.stderr)
-            columns, rows, more = spark_rows(args.query, args.master, args.warehouse, args.limit)
-            used = "Spark"
-    else:
-        columns, rows, more = spark_rows(args.query, args.master, args.warehouse, args.limit)
-        used = "Spark"
-    seconds = time.perf_counter() - started
-    write(sys.stdout, args.format, columns, rows)
-    note = (f"(first {args.limit} rows; use --limit to see more)" if more
+            print(f"dataflow {command}: {exc}; running it on Spark instead", file=sys.stderr)
+    return (*spark_rows(sql, master, warehouse, limit), "Spark")
+
+
+def print_rows(fmt: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], more: bool, limit: int,
+               how: str) -> None:
+    """The rows on stdout in `fmt`, then the row count and `how` they were read (on stderr
+    but for a table, so that CSV and JSON stay machine-readable)."""
+    write(sys.stdout, fmt, columns, rows)
+    note = (f"(first {limit} rows; use --limit to see more)" if more
             else f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
-    if args.format == "table":
+    if fmt == "table":
         print(note)
-        print(f"({used}, {seconds:.2f} s)", file=sys.stderr)
+        print(f"({how})", file=sys.stderr)
     else:  # stdout stays pure CSV / JSON
-        print(f"{note} ({used}, {seconds:.2f} s)", file=sys.stderr)
-    return 0
+        print(f"{note} ({how})", file=sys.stderr)
 
 
 def refuse_pipeline_writes(sql: str) -> None:

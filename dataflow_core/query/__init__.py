@@ -10,8 +10,9 @@ opened.
 
 What it reads: every table the product writes (pane logs, results, live state, quarantine,
 `dataflow_runs`, `dataflow_batches`, the sample input), including liquid-clustered state
-tables. A table with a reader feature delta-rs does not support raises `FastReaderUnsupported`
-(a DataflowError); `dataflow sql` then falls back to Spark and says so.
+tables. A table with a reader feature delta-rs does not support, and SQL DataFusion does not
+implement (Spark's `LATERAL VIEW explode(...)`, `SORT BY`, a Spark-only function), raise
+`FastReaderUnsupported` (a DataflowError); `dataflow sql` then falls back to Spark and says so.
 
 The SQL dialect is DataFusion's (ANSI, close to Spark SQL for SELECTs); statements that write
 (INSERT, MERGE, DELETE, UPDATE, CREATE, ...) are refused here and go through Spark.
@@ -213,11 +214,21 @@ def _supports_tz_option() -> bool:
     return _TZ_OPTION[0]
 
 
+_UNIMPLEMENTED = re.compile(r"This feature is not implemented: ([^{(]*)|Invalid function '([^']+)'", re.IGNORECASE)
+"""DataFusion's words for SQL it has no implementation of (Spark's LATERAL VIEW, SORT BY, a
+Spark-only function such as explode): Spark SQL may well answer it."""
+
+
 def _explain(exc: BaseException, root: str, tables: Sequence[str]) -> str:
     message = " ".join(str(exc).split()) or type(exc).__name__
     missing = re.search(r"table '(?:[\w]+\.)*([\w]+)' not found", message, re.IGNORECASE)
     if missing:
         return _missing(missing.group(1), root, tables)
+    unimplemented = _UNIMPLEMENTED.search(message)
+    if unimplemented:
+        what, function = unimplemented.groups()
+        detail = f"function {function}()" if function else what.strip()[:80]
+        raise FastReaderUnsupported(f"the fast reader does not implement {detail}")
     for marker in ("Unsupported", "not supported", "unsupported reader feature", "DeletionVectors"):
         if marker.lower() in message.lower() and "SQL" not in message[:20]:
             raise FastReaderUnsupported(f"the fast reader cannot answer this: {message}") from None

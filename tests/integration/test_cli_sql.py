@@ -80,6 +80,25 @@ def test_sql_error_is_one_readable_line(cli_warehouse: Path, capsys, engine, sta
     assert len(err) == 1 and err[0].startswith(start), err
 
 
+@pytest.mark.parametrize("query", [
+    "SELECT user_id, m FROM plays LATERAL VIEW explode(array(minutes, minutes * 2)) x AS m WHERE user_id = 1",
+    "SELECT user_id, explode(array(minutes, minutes * 2)) AS m FROM plays WHERE user_id = 1",
+])
+def test_sql_the_fast_reader_does_not_implement_runs_on_spark_with_a_note(cli_warehouse: Path, capsys, query):
+    """Spark SQL DataFusion has no implementation of (a LATERAL VIEW, as the demo prints one;
+    a Spark-only function) is answered by Spark, and one stderr line says why (issue 66)."""
+    code = main(["sql", query + " ORDER BY m", "--warehouse", str(cli_warehouse), "--format", "csv"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert captured.out.splitlines() == ["user_id,m", "1,3.5", "1,7.0"]
+    notes = [line for line in captured.err.splitlines() if "running it on Spark instead" in line]
+    assert len(notes) == 1 and notes[0].startswith("dataflow sql: the fast reader does not implement "), captured.err
+    assert "(2 rows) (Spark, " in captured.err
+    assert main(["sql", query, "--warehouse", str(cli_warehouse), "--engine", "fast"]) == 2  # fast only: no Spark
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("dataflow sql: error: the fast reader does not implement "), err
+
+
 def test_negative_limit_is_rejected(capsys):
     assert main(["sql", "SELECT 1", "--limit", "-1"]) == 2
     assert "--limit must be 0 or more, got -1" in capsys.readouterr().err
