@@ -19,8 +19,8 @@ from dataflow_core.errors import (
 )
 
 # Subcommand modules, in the order `--help` lists them.
-SUBCOMMANDS = ("pipelines", "check", "backfill", "plan", "microbatch", "reset", "maintain", "replay", "diagram", "generate",
-               "sql")
+SUBCOMMANDS = ("pipelines", "check", "backfill", "plan", "runs", "microbatch", "reset", "maintain", "replay", "diagram",
+               "generate", "sql")
 
 
 def build_parser() -> argparse.ArgumentParser:

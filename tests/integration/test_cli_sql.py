@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dataflow_core.cli import main
-from dataflow_core.cli.sql import format_table
+from dataflow_core.cli.sql import fast_rows, format_table
 
 pytestmark = pytest.mark.integration
 
@@ -134,6 +134,52 @@ def test_writes_go_through_spark_and_fast_refuses_them(cli_warehouse: Path, spar
     assert main(["sql", "DELETE FROM plays WHERE user_id = 3", "--engine", "fast", "--warehouse", str(cli_warehouse)]) == 2
     assert "--engine fast only reads" in capsys.readouterr().err
     assert main(["sql", "DELETE FROM plays WHERE user_id = 3", "--warehouse", str(cli_warehouse)]) == 0
+
+
+def test_runs_shows_each_run_once_with_its_current_status(spark, tmp_path, capsys):
+    """`dataflow_runs` holds a row per status a run went through; `dataflow runs` one row per
+    run (issue 66): a final status (finished, applied, rejected) once reached, else the latest,
+    with who decided a plan and why a run failed; Spark runs the same SQL to the same rows."""
+    from dataflow_core.cli.sql import spark_rows
+    from dataflow_core.spark.platform.session import WAREHOUSE_CONF
+    from dataflow_core.spark.sinks.runs import (
+        APPLIED, REJECTED, Ledger, Run, current_runs_sql, fail_run, finish_run, record_decision, record_planned,
+        record_started,
+    )
+
+    spark.conf.set(WAREHOUSE_CONF, str(tmp_path))  # (restored after the test by the conftest)
+    runs = {name: Run(f"backfill-{name}", "p" if name != "other" else "q", "backfill", "{}", 0)
+            for name in ("resumed", "failing", "planned", "applied", "rejected", "running", "other")}
+    for run in runs.values():
+        record_started(spark, run)
+    fail_run(spark, runs["resumed"], "killed")
+    finish_run(spark, runs["resumed"], Ledger())
+    fail_run(spark, runs["failing"], "first")
+    fail_run(spark, runs["failing"], "poison row")
+    for name in ("planned", "applied", "rejected"):
+        record_planned(spark, runs[name], Ledger(), {})
+    finish_run(spark, runs["applied"], Ledger())
+    record_decision(spark, runs["applied"], APPLIED, "alice")
+    record_decision(spark, runs["rejected"], REJECTED, "bob")
+    finish_run(spark, runs["other"], Ledger())
+    fail_run(spark, runs["other"], "late and stale")  # after a final status: the run stays finished
+
+    assert main(["runs", "--warehouse", str(tmp_path), "--format", "json", "-n", "0"]) == 0
+    captured = capsys.readouterr()
+    shown = [json.loads(line) for line in captured.out.splitlines()]
+    assert "(fast reader, " in captured.err
+    assert sorted(r["run_id"] for r in shown) == sorted(r.run_id for r in runs.values()), "each run once"
+    assert {r["run_id"].split("-", 1)[1]: (r["status"], r["decided_by"], r["reason"]) for r in shown} == {
+        "resumed": ("finished", None, None), "failing": ("failed", None, "poison row"),
+        "planned": ("planned", None, None), "applied": ("applied", "alice", None),
+        "rejected": ("rejected", "bob", None), "running": ("started", None, None), "other": ("finished", None, None)}
+    assert all(r["started_at"] <= r["since"] for r in shown) and shown[0]["run_id"] == "backfill-other"
+    assert main(["runs", "--warehouse", str(tmp_path), "--pipeline", "p", "--status", "failed", "--format", "csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("run_id,pipeline,command,status,since,started_at,decided_by,reason")
+    assert len(lines) == 2 and lines[1].startswith("backfill-failing,p,backfill,failed,"), lines
+    fast = _normal(fast_rows(current_runs_sql(), str(tmp_path), 0)[1])
+    assert fast == _normal(spark_rows(current_runs_sql(), None, str(tmp_path), 0)[1])
 
 
 # --- the fast reader against Spark SQL on every kind of table the product writes ----------

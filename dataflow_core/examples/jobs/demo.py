@@ -31,6 +31,18 @@ START = "2024-05-01T00:00:00Z"
 SPAN_HOURS = 6
 RANGE = ("2024-05-01T00:00:00Z", "2024-05-01T06:00:00Z")
 STEPS = 8
+PIPELINES = ("billing", "ad_sessions")
+"""The pipelines the demo runs (`dataflow_core/examples/pipelines/`)."""
+QUERIES = (
+    'dataflow sql "SELECT * FROM billing ORDER BY value DESC LIMIT 5"',
+    'dataflow sql "SELECT timing, count(*) FROM billing_panes GROUP BY timing"',
+    "dataflow backfill --pipeline billing --start 2024-05-01 --end 2024-05-02 [--replay]",
+    "dataflow microbatch --pipeline ad_sessions [--now T] [--loop 1m]",
+    'dataflow sql "SELECT user_id, ad_id, w.* FROM ad_sessions__state LATERAL VIEW explode(windows) AS w LIMIT 5"',
+    "dataflow runs --pipeline ad_sessions",
+)
+"""What the demo's last step suggests to run next (tests/core/test_readme.py checks that each
+parses and names only tables the demo writes, as the README's commands)."""
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -89,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
 
     step("replay billing and ad_sessions in arrival order (1-minute micro-batches)")
     ok = True
-    for name in ("billing", "ad_sessions"):
+    for name in PIPELINES:
         result = run_backfill(spark, name, *RANGE, replay=True, batch_interval="1m",
                               progress=lambda m, n=name: step.detail(f"{n}: {m}"))
         ok &= _ledger(step, result)
@@ -187,11 +199,7 @@ def _run(args: argparse.Namespace) -> int:
         "  dataflow_runs, dataflow_watermarks       each run's ledger; the watermark per batch",
         "  ad_sessions__state, dataflow_batches     live state per key (open windows, next wake-ups); each micro-batch",
         "query them:",
-        '  dataflow sql "SELECT * FROM billing ORDER BY value DESC LIMIT 5"',
-        "  dataflow sql \"SELECT timing, count(*) FROM billing_panes GROUP BY timing\"",
-        "  dataflow backfill --pipeline billing --start 2024-05-01 --end 2024-05-02 [--replay]",
-        "  dataflow microbatch --pipeline ad_sessions [--now T] [--loop 1m]",
-        "  dataflow sql \"SELECT user_id, ad_id, w.* FROM ad_sessions__state LATERAL VIEW explode(windows) AS w LIMIT 5\"",
+        *(f"  {command}" for command in QUERIES),
     ] + ([f"diagram: {diagram}"] if diagram else []):
         print(f"    {line}")
     print(f"\ndemo {'finished' if ok else 'FAILED: a ledger does not balance'} in "
@@ -199,22 +207,32 @@ def _run(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-DEMO_TABLES = (
-    "billing__quarantine", "ad_sessions__quarantine", "billing", "billing_panes", "ad_sessions", "ad_sessions_panes",
-    "ad_short_sessions", "ad_short_sessions_panes", "ad_sessions__state", "ad_short_sessions__state",
-    "ad_sessions__seen_ids", "dataflow_runs", "dataflow_watermarks", "dataflow_batches", "_dataflow_checkpoints",
-    "billing__corrections", "ad_sessions__corrections", "ad_short_sessions__corrections",
-)
+def demo_tables() -> list[str]:
+    """Every table the demo's runs write, its input's aside: its pipelines' own tables (results,
+    pane logs, state, plans, quarantines, seen ids: `pipelines.layout`) and the control tables
+    every pipeline shares."""
+    from dataflow_core.pipelines import get, layout
+
+    return [t for name in PIPELINES for t in layout.pipeline_tables(get(name))] + list(layout.SHARED)
+
+
+def demo_inputs() -> list[str]:
+    """The tables the demo's pipelines read (the demo generates them)."""
+    from dataflow_core.pipelines import get
+
+    return sorted({get(name).input_table for name in PIPELINES})
 
 
 def _fresh_start(spark) -> None:
     """The demo regenerates its input, so it starts its outputs, live state and stream
     checkpoints afresh (a stream cannot continue over an overwritten input)."""
-    from dataflow_core.spark.platform.session import warehouse_root
-    from dataflow_core.spark.platform.tables import drop_path
+    from dataflow_core.spark.platform.tables import drop_path, table_path
+    from dataflow_core.spark.sinks.batches import checkpoint_path
 
-    for name in DEMO_TABLES:
-        drop_path(spark, f"{warehouse_root(spark).rstrip('/')}/{name}")
+    for name in demo_tables():
+        drop_path(spark, table_path(spark, name))
+    for name in PIPELINES:
+        drop_path(spark, checkpoint_path(spark, name))
 
 
 def _ledger(step: _Steps, result) -> bool:

@@ -36,9 +36,32 @@ RUNS_SCHEMA = (
 )
 STARTED, FINISHED, FAILED = "started", "finished", "failed"
 PLANNED, APPLIED, REJECTED = "planned", "applied", "rejected"
+FINAL = (FINISHED, APPLIED, REJECTED)
+"""The statuses after which a run has nothing left to do (a `failed` run may be resumed, a
+`planned` one decided): one of them is the run's status, whatever was recorded around it."""
 WATERMARKS_SCHEMA = (
     "pipeline string, stage string, run_id string, step bigint, processing_time timestamp, watermark timestamp"
 )
+
+
+def current_runs_sql(pipeline: str | None = None, status: str | None = None) -> str:
+    """SQL of each run's current status, one row per run (`dataflow_runs` has a row per status
+    the run went through): its latest final row (`FINAL`), else its latest row, with when the
+    run started, who decided (a plan) and the reason (a failure). Newest first. Standard SQL
+    that Spark and the fast reader both run (`dataflow runs` runs it)."""
+    from dataflow_core.query import literal
+
+    final = ", ".join(literal(s) for s in FINAL)
+    where = f" WHERE pipeline = {literal(pipeline)}" if pipeline else ""
+    having = f" AND status = {literal(status)}" if status else ""
+    return (
+        "SELECT run_id, pipeline, command, status, recorded_at AS since, started_at, decided_by, reason, args FROM ("
+        "SELECT run_id, pipeline, command, status, recorded_at, decided_by, reason, args, "
+        "min(recorded_at) OVER (PARTITION BY run_id) AS started_at, "
+        f"row_number() OVER (PARTITION BY run_id ORDER BY CASE WHEN status IN ({final}) THEN 1 ELSE 0 END DESC, "
+        f"recorded_at DESC) AS nth FROM {RUNS_TABLE}{where}) AS runs "
+        f"WHERE nth = 1{having} ORDER BY since DESC, run_id"
+    )
 
 
 _COUNTS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions",
