@@ -178,23 +178,23 @@ def plan_range(plan: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:
     return the run id and the approval page's Markdown."""
     from dataflow_core.airflow.settings import plan_url
     from dataflow_core.cli.plan import plan_lines
+    from dataflow_core.diagram.plan_table import headline
     from dataflow_core.spark.jobs.backfill import run_backfill
-    from dataflow_core.spark.jobs.plan_diff import plan_diff
+    from dataflow_core.spark.jobs.plan_diff import plan_diff, plan_record
 
     pipeline = plan["pipeline"]
     spark = spark_session(f"dataflow-plan-{pipeline}")
     checked(spark, pipeline)
     say(f"planning backfill {pipeline} [{plan['start']}, {plan['end']}); nothing will be applied before approval")
     result = run_backfill(spark, pipeline, plan["start"], plan["end"], plan_only=True, progress=lambda m: say("  " + m))
-    for line in plan_lines(spark, result.run_id, pipeline, limit=None):
-        say(line)
-    from dataflow_core.spark.jobs.plan_diff import headline
-
     state, diffs = plan_diff(spark, result.run_id, pipeline)
+    for line in plan_lines(plan_record(state), diffs, limit=None):
+        say(line)
     url = plan_url(pipeline, result.run_id)
     say(f"the plan in the browser: {url}")
-    return {"run_id": result.run_id, "markdown": approval_markdown(headline(state, diffs), result.run_id, diffs, url),
-            "ledger": ledger_counts(result.ledger), "ledger_ok": result.ledger_ok}
+    markdown = approval_markdown(headline(plan_record(state), diffs), result.run_id, diffs, url)
+    return {"run_id": result.run_id, "markdown": markdown, "ledger": ledger_counts(result.ledger),
+            "ledger_ok": result.ledger_ok}
 
 
 def approval_markdown(head: str, run_id: str, diffs: list[Any], explorer_url: str | None = None) -> str:

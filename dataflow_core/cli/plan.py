@@ -1,10 +1,14 @@
 """`dataflow plan show RUN_ID`: what a backfill planned with `--plan-only` will change, per
 stage: each window's old and new value, its panes and retractions, and the sum of the
-changes per key (`spark.jobs.plan_diff`)."""
+changes per key. The plan stored its preview when it was made (`spark.jobs.plan_diff`), so
+showing it reads files through the fast reader and starts no JVM (`query.plans`), also to
+say that a plan was already applied or rejected."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any, Mapping, Sequence
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,7 +23,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     show.add_argument("run_id", metavar="RUN_ID", help="the run id `dataflow backfill --plan-only` printed")
     show.add_argument("--pipeline", default=None, help="refuse a run that is not a plan of this pipeline")
     show.add_argument("--limit", type=int, default=100, help="windows listed per stage (default 100; 0: all)")
-    show.add_argument("--master", default=None, help="Spark master (default $DATAFLOW_SPARK_MASTER or local[*])")
+    show.add_argument("--master", default=None, help="Spark master, used only if the fast reader cannot read the "
+                      "plan (default $DATAFLOW_SPARK_MASTER or local[*])")
     show.add_argument("--warehouse", default=None, help="warehouse root: a folder or s3a:// URI (default "
                       "$DATAFLOW_WAREHOUSE or ./warehouse)")
     show.set_defaults(func=run)
@@ -30,25 +35,38 @@ def run(args: argparse.Namespace) -> int:
         from dataflow_core.pipelines import get
 
         get(args.pipeline)
-    from dataflow_core.spark.platform.session import get_spark
-
-    spark = get_spark("dataflow-plan-show", master=args.master, warehouse=args.warehouse)
-    for line in plan_lines(spark, args.run_id, args.pipeline, args.limit or None):
+    plan, diffs = stored(args.run_id, args.pipeline, args.master, args.warehouse)
+    for line in plan_lines(plan, diffs, args.limit or None):
         print(line)
     return 0
 
 
-def plan_lines(spark, run_id: str, pipeline: str | None = None, limit: int | None = 100) -> list[str]:
-    """The plan as `plan show` prints it: a headline, then per stage its windows and the sum
-    of its changes per key."""
-    from dataflow_core.cli.sql import format_table
-    from dataflow_core.diagram.plan_table import key_rows, stage_rows
-    from dataflow_core.spark.jobs.plan_diff import headline, plan_diff
+def stored(run_id: str, pipeline: str | None, master: str | None, warehouse: str | None) -> tuple[dict, list]:
+    """The plan and its stored preview, read from the files by the fast reader (no JVM: the
+    plan was computed when it was made); Spark only when the fast reader cannot read them."""
+    from dataflow_core.query import FastReaderUnsupported
+    from dataflow_core.query.plans import stored_plan
 
-    state, diffs = plan_diff(spark, run_id, pipeline)
-    lines = [headline(state, diffs)]
+    try:
+        return stored_plan(run_id, pipeline, warehouse)
+    except FastReaderUnsupported as exc:
+        print(f"dataflow plan: {exc}; reading the plan with Spark instead", file=sys.stderr)
+    from dataflow_core.spark.jobs.plan_diff import plan_diff, plan_record
+    from dataflow_core.spark.platform.session import get_spark
+
+    state, diffs = plan_diff(get_spark("dataflow-plan-show", master=master, warehouse=warehouse), run_id, pipeline)
+    return plan_record(state), diffs
+
+
+def plan_lines(plan: Mapping[str, Any], diffs: Sequence[Any], limit: int | None = 100) -> list[str]:
+    """The plan as `plan show` prints it: a headline, then per stage its windows and the sum
+    of its changes per key (`plan`: as `query.plans.plans_of` gives it)."""
+    from dataflow_core.cli.sql import format_table
+    from dataflow_core.diagram.plan_table import headline, key_rows, stage_rows
+
+    lines = [headline(plan, diffs)]
     for diff in diffs:
-        counts = state.ledger.get("per_stage", {}).get(diff.stage, {})
+        counts = plan.get("ledger", {}).get("per_stage", {}).get(diff.stage, {})
         lines += ["", f"stage {diff.stage}: {len(diff.changes):,} windows change, {counts.get('panes', 0):,} panes, "
                       f"{counts.get('retractions', 0):,} retractions"]
         if not diff.changes:
@@ -59,6 +77,7 @@ def plan_lines(spark, run_id: str, pipeline: str | None = None, limit: int | Non
         columns, rows = key_rows(diff)
         if rows:
             lines += ["", f"sum of changes per key, stage {diff.stage}:", *format_table(columns, rows).splitlines()]
-    lines += ["", f"apply: dataflow backfill --pipeline {state.run.pipeline} --apply {run_id}   "
-                  f"reject: dataflow backfill --pipeline {state.run.pipeline} --reject {run_id}"]
+    pipeline, run_id = plan["pipeline"], plan["run_id"]
+    lines += ["", f"apply: dataflow backfill --pipeline {pipeline} --apply {run_id}   "
+                  f"reject: dataflow backfill --pipeline {pipeline} --reject {run_id}"]
     return lines

@@ -8,7 +8,9 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 from numbers import Number
-from typing import Any
+from typing import Any, Mapping, Sequence
+
+from dataflow_core.pipelines import layout
 
 
 @dataclass(frozen=True)
@@ -46,6 +48,37 @@ class StageDiff:
             if c.change is not None:
                 sums[c.key] = sums.get(c.key, 0) + c.change
         return sums
+
+
+def headline(plan: Mapping[str, Any], diffs: Sequence[StageDiff]) -> str:
+    """The plan in one line: its status, range and counts (windows that change, of them
+    those the results already hold, panes and retractions it will append). `plan` as
+    `query.plans.plans_of` gives it (run id, pipeline, status, start, end, the preview's ledger)."""
+    changes = [c for d in diffs for c in d.changes]
+    standing = sum(1 for c in changes if c.old is not None)
+    ledger = plan.get("ledger") or {}
+    return (f"plan {plan['run_id']} of pipeline {plan['pipeline']}: {plan['status']}; range {plan['start']} to "
+            f"{plan['end']}; {len(changes):,} windows change ({standing:,} of them standing results, "
+            f"{len(changes) - standing:,} new); {ledger.get('panes', 0):,} panes, "
+            f"{ledger.get('retractions', 0):,} retractions")
+
+
+def not_stored(run_id: str, plan: Mapping[str, Any] | None, pipeline: str | None = None) -> str | None:
+    """Why plan `run_id` (`plan`: as `headline` takes it, None when no run planned it) has no
+    diff to show, in one line: none, another pipeline's, or decided (its plan dropped). None
+    when it is stored."""
+    if plan is None:
+        return (f"no planned backfill run {run_id!r} in {layout.RUNS} (make one with "
+                "`dataflow backfill --pipeline P --start ... --end ... --plan-only`)")
+    if pipeline is not None and plan["pipeline"] != pipeline:
+        return f"run {run_id} is a plan of pipeline {plan['pipeline']!r}, not {pipeline!r}"
+    if plan["status"] != "planned":
+        by = f" by {plan['decided_by']}" if plan.get("decided_by") else ""
+        at = plan.get("decided_at")
+        when = f" at {at:%Y-%m-%d %H:%M:%S} UTC" if isinstance(at, dt.datetime) else ""
+        return (f"run {run_id} was {plan['status']}{by}{when}; its plan is no longer stored "
+                "(the tables and dataflow_runs hold what happened)")
+    return None
 
 
 BAR_WIDTH = 160.0

@@ -10,7 +10,8 @@ import pytest
 from dataflow_core.cli import main
 from dataflow_core.errors import DataflowError
 from dataflow_core.spark.jobs.backfill import run_backfill
-from dataflow_core.spark.jobs.plan_diff import plan_diff
+from dataflow_core.cli.plan import plan_lines
+from dataflow_core.spark.jobs.plan_diff import plan_diff, plan_record
 from dataflow_core.spark.jobs.plans import apply_plan
 from dataflow_core.spark.platform.delta import table_version
 from dataflow_core.spark.platform.tables import read_table
@@ -33,7 +34,17 @@ def _results(spark, stage) -> dict[tuple, int]:
             for r in read_table(spark, stage.output).collect()}
 
 
-def test_a_plan_changes_nothing_shows_what_its_apply_does_and_applies_once(spark, warehouse, capsys):
+def _no_new_spark(monkeypatch) -> None:
+    """`dataflow plan show` reads the plan's files: asking for a Spark session fails the test."""
+    import dataflow_core.spark.platform.session as session
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("dataflow plan show asked for a Spark session")
+
+    monkeypatch.setattr(session, "get_spark", refuse)
+
+
+def test_a_plan_changes_nothing_shows_what_its_apply_does_and_applies_once(spark, warehouse, capsys, monkeypatch):
     spec = sessions_pipeline("t_plan_two", "t_plan_two_in")
     rows = [("a", "u1", "ad1", "1", DAY0, DAY0 + 1000), ("b", "u1", "ad1", "1", DAY0 + M, DAY0 + M + 1000),
             ("c", "u1", "ad1", "1", DAY0 + 7 * M, DAY0 + 7 * M + 1000),
@@ -49,12 +60,15 @@ def test_a_plan_changes_nothing_shows_what_its_apply_does_and_applies_once(spark
     assert _outputs(spark, spec) == before, "a plan must not commit to any table but its plans"
     assert plan_state(spark, planned.run_id).status == PLANNED
 
-    assert main(["plan", "show", planned.run_id, "--warehouse", str(warehouse)]) == 0
+    state, diffs = plan_diff(spark, planned.run_id, spec.name)  # with Spark, as the approval task reads it
+    with monkeypatch.context() as guard:
+        _no_new_spark(guard)
+        assert main(["plan", "show", planned.run_id, "--warehouse", str(warehouse)]) == 0
     shown = capsys.readouterr().out
     for stage in spec.stages:
         assert f"stage {stage.output}:" in shown, shown
     assert "(deleted)" in shown and "sum of changes per key" in shown and "windows change (" in shown, shown
-    _, diffs = plan_diff(spark, planned.run_id, spec.name)
+    assert shown.splitlines() == plan_lines(plan_record(state), diffs), "the files say what Spark reads"
     previewed = {d.stage: {(c.key, c.window_start, c.window_end): (c.old, c.new) for c in d.changes
                            if c.old != c.new} for d in diffs}
     assert sum(c.retractions for d in diffs for c in d.changes) == planned.ledger["retractions"] == 2
@@ -68,6 +82,11 @@ def test_a_plan_changes_nothing_shows_what_its_apply_does_and_applies_once(spark
         assert changed == previewed[stage.output], stage.output
     assert applied.ledger["per_stage"] == planned.ledger["per_stage"]
     assert plan_state(spark, planned.run_id).decided_by == "alice"
+    with monkeypatch.context() as guard:
+        _no_new_spark(guard)
+        assert main(["plan", "show", planned.run_id, "--warehouse", str(warehouse)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"run {planned.run_id} was applied by alice at " in err[0], err
 
     done = _outputs(spark, spec)
     assert main(["backfill", "--pipeline", spec.name, "--apply", planned.run_id, "--warehouse", str(warehouse)]) == 0

@@ -138,7 +138,7 @@ def render_plan_page(pipeline: str | None, run_id: str, warehouse: str | None,
                      readable: Sequence[str] | None = None) -> str:
     """The plan view of `pipeline` (else the first one), among the pipelines in `readable`
     (the caller's, from `access.guard`; None: all)."""
-    from dataflow_core.airflow.plugin.plan_view import plan_stages, plans_of
+    from dataflow_core.query.plans import plan_stages, plans_of
 
     specs = _readable_specs(readable)
     pipeline = pipeline if pipeline in specs else next(iter(specs), None)

@@ -14,16 +14,16 @@ without Spark (the explorer's fast reader) reads the same rows.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from dataflow_core.diagram.plan_table import StageDiff, WindowChange, order
+from dataflow_core.diagram.plan_table import StageDiff, WindowChange, not_stored, order
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import PipelineSpec, StageSpec, get, layout
 from dataflow_core.spark.jobs.corrections import planned_corrections
 from dataflow_core.spark.platform.delta import read_as_of
 from dataflow_core.spark.sinks.corrections_plan import read_plan, read_preview, write_preview
 from dataflow_core.spark.sinks.results import standing_panes
-from dataflow_core.spark.sinks.runs import PLANNED, PlanState, Run, plan_state
+from dataflow_core.spark.sinks.runs import PlanState, Run, plan_state
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -77,16 +77,19 @@ def plan_diff(spark: "SparkSession", run_id: str, pipeline: str | None = None) -
     """The plan's state and its stored preview per stage. One line for an unknown run, a run
     of another pipeline, or a plan no longer stored (decided: applied or rejected)."""
     state = plan_state(spark, run_id)
-    if state is None:
-        raise DataflowError(f"no planned backfill run {run_id!r} in {layout.RUNS} (make one with "
-                            "`dataflow backfill --pipeline P --start ... --end ... --plan-only`)")
-    if pipeline is not None and state.run.pipeline != pipeline:
-        raise DataflowError(f"run {run_id} is a plan of pipeline {state.run.pipeline!r}, not {pipeline!r}")
-    if state.status != PLANNED:
-        by = f" by {state.decided_by}" if state.decided_by else ""
-        raise DataflowError(f"run {run_id} was {state.status}{by}; its plan is no longer stored "
-                            "(the tables and dataflow_runs hold what happened)")
+    refused = not_stored(run_id, None if state is None else plan_record(state), pipeline)
+    if refused:
+        raise DataflowError(refused)
     return state, [_stage_diff(spark, stage, run_id) for stage in get(state.run.pipeline).stages]
+
+
+def plan_record(state: PlanState) -> dict[str, Any]:
+    """The plan as the fast reader's `query.plans` gives it (what `plan_table.headline` and
+    `dataflow plan show` print)."""
+    args = json.loads(state.run.args)
+    return {"run_id": state.run.run_id, "pipeline": state.run.pipeline, "start": args.get("start", "?"),
+            "end": args.get("end", "?"), "ledger": state.ledger, "status": state.status,
+            "decided_by": state.decided_by, "decided_at": state.decided_at, "reason": state.reason}
 
 
 def _stage_diff(spark: "SparkSession", stage: StageSpec, run_id: str) -> StageDiff:
@@ -99,16 +102,3 @@ def _stage_diff(spark: "SparkSession", stage: StageSpec, run_id: str) -> StageDi
                             int(r["preview_retractions"] or 0)) for r in rows.collect()]
     diff.changes = sorted(changes, key=lambda c: order(c.key, c.window_start, c.window_end))
     return diff
-
-
-def headline(state: PlanState, diffs: list[StageDiff]) -> str:
-    """The plan in one line: its status, range and counts (windows that change, of them
-    those the results already hold, panes and retractions it will append)."""
-    args = json.loads(state.run.args)
-    ledger = state.ledger
-    changes = [c for d in diffs for c in d.changes]
-    standing = sum(1 for c in changes if c.old is not None)
-    return (f"plan {state.run.run_id} of pipeline {state.run.pipeline}: {state.status}; range {args['start']} to "
-            f"{args['end']}; {len(changes):,} windows change ({standing:,} of them standing results, "
-            f"{len(changes) - standing:,} new); {ledger.get('panes', 0):,} panes, "
-            f"{ledger.get('retractions', 0):,} retractions")
