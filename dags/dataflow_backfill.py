@@ -14,7 +14,9 @@ planned as one run and waits for a human (`dataflow_core.airflow.approval`):
 
 `approve_backfill` (Airflow's human-in-the-loop branch operator) shows the diff's summary and
 waits for Approve or Reject; the choice, who made it and when are recorded in dataflow_runs.
-A rejected plan ends the run successfully with nothing applied.
+A rejected plan changes nothing, and the run ends failed: `summary` fails with its first
+line, `REJECTED: plan ... rejected by ...`, so that the run reads as rejected, not as a green
+success. An approved run's `summary` names the approver in its first line.
 
 `check_request` makes the checks a schema cannot (end after start, the maximum range, the
 input table exists) without Spark; `gate_input` validates the range's input rows with Great
@@ -145,31 +147,20 @@ def dataflow_backfill() -> None:
         return run_gate(plan["pipeline"], [d["run_id"] for d in days], context["run_id"], written=add_written(days))
 
     # all_done: the summary runs after a failure too, and its first line says what failed;
-    # it then fails itself, so the run's state is the truth. What a task returned is pulled,
-    # not passed: a failed task returned nothing, which an argument could not express.
+    # it then fails itself, so the run's state is the truth (a rejected plan's run fails too:
+    # green would read as applied). What a task returned is pulled, not passed: a failed task
+    # returned nothing, which an argument could not express.
     @task(trigger_rule="all_done")
     def summary(**context: Any) -> dict[str, Any]:
-        import logging
-
-        from dataflow_core.airflow.tasks import as_list, summarize
-
-        from dataflow_core.airflow.approval import range_label, rejected_line
+        from dataflow_core.airflow.approval import summarize_run
+        from dataflow_core.errors import DataflowError
 
         ti = context["ti"]
         plan = ti.xcom_pull(task_ids="check_request") or dict(context["params"])
-        rejected = ti.xcom_pull(task_ids="reject_plan")
-        if rejected:
-            line = rejected_line(plan, rejected)
-            logging.getLogger("dataflow").info(line)
-            return {"pipeline": plan.get("pipeline"), "succeeded": True, "rejected": rejected}
-        days = as_list(ti.xcom_pull(task_ids="backfill_day"))
-        if plan.get("require_approval"):  # one run for the range: the applied plan
-            plan, days = dict(plan, days=[range_label(plan)]), as_list(ti.xcom_pull(task_ids="apply_plan"))
-        result = summarize(plan, days, ti.xcom_pull(task_ids="gate_output"),
-                           input_gate=ti.xcom_pull(task_ids="gate_input"))
-        if not result["succeeded"]:
-            raise AirflowFailException("the backfill failed: see the first line of this log")
-        return result
+        try:
+            return summarize_run(plan, lambda task, key="return_value": ti.xcom_pull(task_ids=task, key=key))
+        except DataflowError as exc:  # its first line is logged already
+            raise AirflowFailException(str(exc)) from None
 
     @task.branch
     def route(plan: dict[str, Any], gate: dict[str, Any]) -> str:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from airflow.providers.standard.operators.hitl import HITLBranchOperator
 
@@ -279,10 +279,49 @@ def range_label(plan: Mapping[str, Any]) -> str:
     return f"{plan['start']} to {plan['end']}"
 
 
+Pull = Callable[..., Any]
+"""What a task returned, by task id (and XCom key): `ti.xcom_pull` (None: it failed or did not run)."""
+
+
+def summarize_run(plan: Mapping[str, Any], pull: Pull, say: Say = log_info) -> dict[str, Any]:
+    """`summary` of a `dataflow_backfill` run: the days' ledgers (`tasks.summarize`), or for a
+    run that waited for approval how it was decided and the applied plan's ledger. Its first
+    line says how the run ended; DataflowError (the task, and so the run, fails) when it did not
+    succeed, a rejected plan included: green would read as corrections applied."""
+    from dataflow_core.airflow.tasks import as_list, summarize
+    from dataflow_core.errors import DataflowError
+
+    rejected = pull("reject_plan")
+    if rejected:
+        line = rejected_line(plan, rejected)
+        say(line)
+        raise DataflowError(line)
+    days, approval = as_list(pull("backfill_day")), None
+    if plan.get("require_approval"):  # one run for the range: the applied plan
+        approval = approval_verdict(pull("approve_backfill", DECISION_KEY))
+        plan, days = dict(plan, days=[range_label(plan)]), as_list(pull("apply_plan"))
+    result = summarize(plan, days, pull("gate_output"), say=say, input_gate=pull("gate_input"), approval=approval)
+    if not result["succeeded"]:
+        raise DataflowError("the backfill failed: see the first line of this log")
+    return result
+
+
+def approval_verdict(decision: Mapping[str, Any] | None) -> str:
+    """How the approval ended, for `summary`'s first line, from `PlanApproval`'s decision
+    (None: `approve_backfill` failed, e.g. a refused self-approval, or did not run)."""
+    if not decision:
+        return "plan not approved (approve_backfill failed or did not run)"
+    verb = "approved" if decision.get("option") == APPROVE else "rejected"
+    return f"plan {verb} by {decision.get('user')}{_at(decision.get('at'))}"
+
+
 def rejected_line(plan: Mapping[str, Any], rejected: Mapping[str, Any]) -> str:
-    """`summary`'s first line for a rejected plan: nothing was applied, which is a success."""
+    """`summary`'s first line for a rejected plan: nothing was applied (and the run fails,
+    so that it reads as rejected, not as a success)."""
     return (f"REJECTED: plan {rejected.get('run_id')} of {plan.get('pipeline')} over [{plan.get('start')}, "
-            f"{plan.get('end')}) rejected by {rejected.get('rejected_by')} at {rejected.get('at')}; no table of the "
+            f"{plan.get('end')}) rejected by {rejected.get('rejected_by')}{_at(rejected.get('at'))}; no table of the "
             "pipeline was changed")
 
 
+def _at(when: Any) -> str:
+    return "" if when in (None, "", "None") else f" at {when}"

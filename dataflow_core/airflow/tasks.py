@@ -257,11 +257,13 @@ def gate_output(pipeline: str, run_ids: Iterable[str] | None, run_id: str, say: 
 
 
 def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
-             input_gate: Mapping[str, Any] | None, output_gate: Mapping[str, Any] | None) -> tuple[bool, str]:
+             input_gate: Mapping[str, Any] | None, output_gate: Mapping[str, Any] | None,
+             approval: str | None = None) -> tuple[bool, str]:
     """The run's status and each gate's outcome in one line, from what the tasks returned (None:
     the task failed or never ran, since a failed task returns nothing): whether the run
     succeeded, and the line. The verdicts come first (a log viewer may cut a long line), the
-    details after. Pure, so that the first line of `summary` can be trusted."""
+    details after; `approval` (a run that waited for one) says how it was decided, after the
+    input gate it followed. Pure, so that the first line of `summary` can be trusted."""
     done = [d for d in days if d]
     expected = len(plan.get("days") or []) or len(done)
     balanced = all(d.get("ledger_ok") for d in done)
@@ -278,19 +280,21 @@ def headline(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
         details.append(f"input: {int(input_gate.get('rows', 0)):,} rows, {int(input_gate.get('quarantined', 0)):,} quarantined")
     if output_gate is not None:
         details.append(f"output: {int(output_gate.get('rows', 0)):,} rows of {', '.join(output_gate.get('checked') or [])}")
-    return ok, f"{'SUCCEEDED' if ok else 'FAILED'}: {gate_in}, {days_text}, {gate_out} | " + "; ".join(details)
+    verdicts = ", ".join(v for v in (gate_in, approval, days_text, gate_out) if v)
+    return ok, f"{'SUCCEEDED' if ok else 'FAILED'}: {verdicts} | " + "; ".join(details)
 
 
 def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
               gates: Mapping[str, Any] | None = None, say: Say = log_info,
-              input_gate: Mapping[str, Any] | None = None, warehouse: str | None = None) -> dict[str, Any]:
+              input_gate: Mapping[str, Any] | None = None, warehouse: str | None = None,
+              approval: str | None = None) -> dict[str, Any]:
     """The run's status and its gates' outcomes first (`headline`), then a line per day that
     did not finish naming its run and the commands that resume and abandon it
     (`unfinished_days`), then the days' ledgers added up: one line per day and the totals.
     Runs after failures too (the DAGs give it trigger rule all_done), so whoever opens this
     one log learns what happened."""
     rows = sorted((d for d in days if d), key=lambda d: d["day"])
-    ok, line = headline(plan, rows, input_gate, gates)
+    ok, line = headline(plan, rows, input_gate, gates, approval)
     say(line)
     unfinished = [] if plan.get("require_approval") else unfinished_days(plan, rows, warehouse)
     for text in unfinished:
@@ -314,7 +318,7 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
     # Small: Airflow logs the returned value on one line ("Returned value was: ...").
     return {"pipeline": plan.get("pipeline"), "days": len(rows), "read": total["read"], "panes": total["panes"],
             "ledger_ok": balanced, "succeeded": ok, "run_ids": [d["run_id"] for d in rows],
-            **({"unfinished": unfinished} if unfinished else {})}
+            **({"unfinished": unfinished} if unfinished else {}), **({"approval": approval} if approval else {})}
 
 
 def unfinished_days(plan: Mapping[str, Any], done: Iterable[Mapping[str, Any]], warehouse: str | None = None) -> list[str]:

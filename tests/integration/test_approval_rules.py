@@ -100,3 +100,45 @@ def test_a_hostile_key_renders_escaped_on_the_approval_page():
 
     cells = [html.unescape(r.split("<td>")[1].split("</td>")[0]) for r in rows]
     assert cells == [" ".join(k.splitlines()) for k in HOSTILE], cells
+
+
+def test_summary_says_how_the_plan_was_decided_and_a_rejected_run_fails():
+    """`summary` of a run that waited for approval (issue 66): an approved plan's first line
+    names the approver; a rejected plan's says REJECTED and the task fails, so that the run
+    does not read as a green success; a refused approval is a failed run."""
+    from dataflow_core.airflow.approval import APPROVE, DECISION_KEY, REJECT, summarize_run
+
+    plan = {"pipeline": "billing", "start": "2024-05-01", "end": "2024-05-02", "replay": False,
+            "days": ["2024-05-01"], "require_approval": True}
+    applied = {"day": "2024-05-01 to 2024-05-02", "run_id": "backfill-p1", "ledger_ok": True, "ledger": {"read": 9}}
+    returned = {("gate_input", "return_value"): {"rows": 9, "quarantined": 0},
+                ("approve_backfill", DECISION_KEY): {"option": APPROVE, "user": "ops2", "at": "2026-12-02T05:00:00"},
+                ("apply_plan", "return_value"): applied,
+                ("gate_output", "return_value"): {"rows": 4, "checked": ["panes:billing_panes"]}}
+
+    def pulls(values):
+        return lambda task, key="return_value": values.get((task, key))
+
+    said: list[str] = []
+    result = summarize_run(plan, pulls(returned), said.append)
+    assert said[0].startswith("SUCCEEDED: input gate passed, plan approved by ops2 at 2026-12-02T05:00:00, "
+                              "1 of 1 day(s) done, output gate passed | "), said[0]
+    assert result["succeeded"] and result["approval"].startswith("plan approved by ops2")
+
+    said.clear()
+    rejected = {("gate_input", "return_value"): returned[("gate_input", "return_value")],
+                ("approve_backfill", DECISION_KEY): {"option": REJECT, "user": "ops2", "at": "2026-12-02T05:00:00"},
+                ("reject_plan", "return_value"): {"run_id": "backfill-p1", "rejected_by": "ops2",
+                                                  "at": "2026-12-02T05:00:00"}}
+    with pytest.raises(DataflowError) as failed:
+        summarize_run(plan, pulls(rejected), said.append)
+    assert said == [str(failed.value)] and said[0] == (
+        "REJECTED: plan backfill-p1 of billing over [2024-05-01, 2024-05-02) rejected by ops2 at "
+        "2026-12-02T05:00:00; no table of the pipeline was changed")
+
+    said.clear()
+    refused = {("gate_input", "return_value"): returned[("gate_input", "return_value")]}  # approve_backfill failed
+    with pytest.raises(DataflowError, match="the backfill failed"):
+        summarize_run(plan, pulls(refused), said.append)
+    assert said[0].startswith("FAILED: input gate passed, plan not approved (approve_backfill failed or did not run), "
+                              "0 of 1 day(s) done, output gate did not run"), said[0]

@@ -385,7 +385,9 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
     assert final[approved]["apply_plan"] == "success" and final[approved]["summary"] == "success", final
     assert final[rejected]["reject_plan"] == "success" and final[rejected]["apply_plan"] == "skipped", final
     assert final[rejected]["gate_output"] == "skipped", final  # nothing written, nothing to gate
-    assert final[rejected]["summary"] == "success", final
+    assert final[rejected]["summary"] == "failed", final  # a rejected run reads as rejected, not as a green success
+    assert _api(airflow_ui, "GET", "/api/v2/dags/dataflow_backfill/dagRuns/" + urllib.request.quote(rejected, safe=""),
+                token=token)["state"] == "failed"
     after = _billing_results(spark)
     changed = {w: (before.get(w), after.get(w)) for w in before.keys() | after.keys() if before.get(w) != after.get(w)}
     shown = {(c.key, c.window_start, c.window_end): (c.old, c.new) for c in previews["2024-05-02"].changes
@@ -398,6 +400,9 @@ def test_a_backfill_waits_for_approval_shows_its_plan_and_lands_as_shown_or_not_
     texts = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_backfill",
                                                      urllib.request.quote(rejected, safe=""), "summary")]
     assert any(t.startswith("REJECTED: plan ") and "no table of the pipeline was changed" in t for t in texts), texts
+    texts = [e.get("event", "") for e in _log_events(airflow_ui, token, "dataflow_backfill",
+                                                     urllib.request.quote(approved, safe=""), "summary")]
+    assert any(t.startswith("SUCCEEDED: input gate passed, plan approved by admin at ") for t in texts), texts
 
 
 def _wait_for(ui, token: str, run: str, done) -> dict[str, str]:
