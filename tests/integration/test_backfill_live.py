@@ -230,6 +230,37 @@ def test_a_first_backfill_interrupted_anywhere_resumes_from_the_input_version_it
     assert _tables(spark, spec) == _tables(spark, twin)
 
 
+def test_a_first_backfill_stopped_in_a_later_stage_resumes_it_from_its_upstreams_results(spark, crash):
+    """In a pipeline's first backfill no stage stores a plan: a later stage without results
+    when the run took its lock recomputes every window from its upstream's results, which the
+    run wrote (idempotently) before it, so they are the same on every resumption. Stopped
+    after each of the second stage's commit points in turn, each retry resuming the run, then
+    run to the end, it leaves the tables of an uninterrupted twin, and no plan committed."""
+    from dataflow_core.spark.sinks.corrections_plan import plan_table
+    from tests.integration.test_backfill import sessions_pipeline
+    from tests.integration.test_microbatch import VIEWS as SESSION_VIEWS, history
+
+    rows = to_rows(SESSION_VIEWS)
+    n = next(_names)
+    spec, twin = sessions_pipeline(f"t_first2_{n}", f"t_first2_{n}_in"), sessions_pipeline(f"t_twin2_{n}", f"t_twin2_{n}_in")
+    for pipeline in (spec, twin):
+        write_input(spark, pipeline.input_table, rows)
+    assert run_backfill(spark, twin.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
+    later = spec.stages[1]
+    for point in (f"{later.output}-planned", f"{later.output}-corrected-panes", f"{later.output}-corrected-results"):
+        crash(point)
+        with pytest.raises(SimulatedCrash):
+            run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW)
+        assert not any(table_exists(spark, plan_table(s)) for s in spec.stages), "a first backfill commits no plan"
+    crash(None)
+    assert run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=FIRST_NOW).ledger_ok
+    for ours, theirs in zip(spec.stages, twin.stages):
+        assert history(spark, f"{ours.output}_panes") == history(spark, f"{theirs.output}_panes"), ours.output
+        if ours.keeps_results:
+            assert history(spark, ours.output) == history(spark, theirs.output), ours.output
+    assert history(spark, f"{later.output}_panes"), "the later stage emitted panes"
+
+
 def test_a_backfill_whose_pinned_input_version_is_gone_says_so_and_is_abandoned_as_told(spark, crash):
     """A first backfill stopped after writing panes, whose pinned version of the input is then
     vacuumed away (the table overwritten, VACUUM with no retention), fails on the re-run with one line

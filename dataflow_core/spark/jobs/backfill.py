@@ -36,7 +36,7 @@ from dataflow_core.model.input_rules import ProcessingTime
 from dataflow_core.model.time import format_instant
 from dataflow_core.model.windows import GlobalWindows
 from dataflow_core.options import parse_interval, parse_time
-from dataflow_core.pipelines import PipelineSpec, StageSpec
+from dataflow_core.pipelines import PipelineSpec, StageSpec, layout
 from dataflow_core.pipelines.check import with_value_types
 from dataflow_core.spark.execute.batch import final_values
 from dataflow_core.spark.input.rows import DUPLICATES, EventRange
@@ -305,7 +305,8 @@ class BackfillRun:
             mapped = persist_uncompressed(elements_from_panes(standing_panes(current, up), up, stage))
             stage_finals = final_values(mapped, stage.strategy, stage.key_columns, stage.value_type, run.now, self.fast)
             self.check_lock()
-            outcome = correct_stage(self.correcting, stage, stage_finals, mapped, owned=None)
+            outcome = correct_stage(self.correcting, stage, stage_finals, mapped, owned=None,
+                                    had_results=self.lock.record.versions.get(layout.results(stage), -1) >= 0)
             if outcome.planned:
                 self.planned.append(stage)
             mapped.unpersist()

@@ -87,7 +87,8 @@ def correct_stage(
 ) -> StageOutcome:
     """Correct `stage` to `finals` (its recomputed windows, `batch.FINAL_COLUMNS`) for the
     windows starting in `owned` (all windows when None); `elements` is the stage's input,
-    `input_version` the version of the pipeline's input table they come from (first stage),
+    `input_version` the version of the pipeline's input table they come from (first stage;
+    a later stage's input is its upstream's results, which this run wrote before it),
     `had_results` whether the stage had a results table when the run took its lock.
     With `c.plan_only`: store the plan and count what it would do, write nothing else."""
     spark, run = c.spark, c.run
@@ -95,7 +96,7 @@ def correct_stage(
     live = c.live_watermarks is not None and table_exists(spark, state_table(stage))
     plan = read_plan(spark, stage, run.run_id) if run.resumed else None  # a new run id has no plan yet
     # (a plan being applied is a resumed run with a stored plan, whatever the stage had)
-    if plan is None and input_version is not None and not (had_results or live or c.plan_only):
+    if plan is None and not (had_results or live or c.plan_only):
         plan = RecomputeFromInput(input_version, watermark)  # the lock's record is the plan: nothing stored
     elif plan is None:
         plan = _store_plan(c, stage, finals, elements, owned, watermark, live)

@@ -15,10 +15,12 @@ What is stored depends on what the corrections follow from:
   pane and results row;
 - with live state, the corrections (`'pane'`, `'result'`, `'state'` rows): they also depend
   on the live state and the input, which the run itself rewrites;
-- for a first stage with neither results nor live state when the run took its lock (a
+- for a stage with neither results nor live state when the run took its lock (a
   pipeline's first backfill), nothing: every window it computes is a change, and a resumed
-  run computes them again from the input version its lock pinned (`RecomputeFromInput`), so
-  the lock's record is the plan (`jobs.corrections`). A plan made for approval
+  run computes them again from the stage's input (`RecomputeFromInput`): for the first stage
+  the input version its lock pinned, for a later one its upstream's results, which the run
+  wrote (each write idempotent) before it corrects the stage, and which are therefore the same
+  on every resumption; so the lock's record is the plan (`jobs.corrections`). A plan made for approval
   (`--plan-only`) stores the changed windows instead, so that its preview can list them.
 
 A plan made for approval also stores its preview (`kind = 'preview'`, one row per window it
@@ -76,11 +78,12 @@ class ChangedWindows:
 
 @dataclass(frozen=True)
 class RecomputeFromInput:
-    """Nothing stored: every window recomputed from the input as of `input_version` is a
-    change, corrected at `watermark` (a first stage without results, see the module
-    docstring); the run's record of its pin is the plan."""
+    """Nothing stored: every window recomputed from the stage's input is a change, corrected
+    at `watermark` (a stage without results, see the module docstring): the pipeline's input
+    as of `input_version` for the first stage, the upstream's results for a later one (None);
+    the run's record of its pin is the plan."""
 
-    input_version: int
+    input_version: int | None
     watermark: Instant
 
     every_window = True
