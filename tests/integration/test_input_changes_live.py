@@ -2,8 +2,9 @@
 Delta's change data feed on has rows deleted, updated and inserted again between micro-batches
 (one batch crashing after its seen ids committed, and retried); after each batch both stages'
 results equal an independent recomputation over the input as it then stands, and the ledger
-counts inserts, deletes and updates apart. (Without the feed: `test_microbatch`'s
-`test_a_backfill_fixes_the_input_under_a_live_pipeline`-style runs skip change commits.)"""
+counts inserts, deletes and updates apart; a `--plan-only` backfill then plans no change.
+(Without the feed, `test_microbatch`'s backfill-under-a-live-pipeline test: change commits
+are skipped, and the first batch says so once.)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from dataflow_core.model.triggers import AfterCount, AfterWatermark, Repeatedly
 from dataflow_core.model.watermarks import HeuristicWatermark
 from dataflow_core.model.windows import FixedWindows, GlobalWindows
 from dataflow_core.pipelines import PipelineSpec, StageSpec, register
+from dataflow_core.spark.jobs.backfill import run_backfill
 from dataflow_core.spark.jobs.crash import CRASH_ENV, RAISE_ENV, SimulatedCrash
 from dataflow_core.spark.jobs.microbatch import run_microbatch
 from dataflow_core.spark.platform.tables import read_table, table_path
@@ -116,3 +118,5 @@ def test_deletes_updates_and_reinserts_between_batches_retract_through_both_stag
     check(spark, spec)
     seen = {r["event_id"] for r in read_table(spark, f"{spec.name}__seen_ids").collect()}
     assert seen == {"e0", "e1", "e2", "e3", "e4"}, "deleted rows' ids are forgotten, re-inserted ones counted again"
+    plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 31 * M), plan_only=True)
+    assert plan.ledger["corrected_windows"] == 0 and plan.ledger["panes"] == 0, "backfill and live agree"
