@@ -2,7 +2,8 @@
 Delta's change data feed on has rows deleted, updated and inserted again between micro-batches
 (one batch crashing after its seen ids committed, and retried); after each batch both stages'
 results equal an independent recomputation over the input as it then stands, and the ledger
-counts inserts, deletes and updates apart; a `--plan-only` backfill then plans no change.
+counts inserts, deletes and updates apart. A delete past allowed lateness is left for a
+backfill, counted and named in the log; a `--plan-only` backfill then corrects that window only.
 (Without the feed, `test_microbatch`'s backfill-under-a-live-pipeline test: change commits
 are skipped, and the first batch says so once.)"""
 
@@ -108,15 +109,30 @@ def test_deletes_updates_and_reinserts_between_batches_retract_through_both_stag
     assert second.ledger["accepted"] == 3 and second.ledger["duplicates"] == 0, second.ledger
     check(spark, spec)
 
-    # e1 inserted again, e5 deleted, e6 inserted and deleted within one batch.
-    write_input(spark, table, [row("e1", "u1", "a1", "20", 2), row("e6", "u1", "a1", "9", 5)], mode="append")
+    # e1 inserted again, e5 deleted, e6 inserted and deleted within one batch; a view two days
+    # on moves the watermark past every window of May 1st and its allowed lateness.
+    later = 2 * 24 * 60
+    write_input(spark, table, [row("e1", "u1", "a1", "20", 2), row("e6", "u1", "a1", "9", 5),
+                               row("e7", "u3", "a3", "1", later - 1)], mode="append")
     sql(spark, table, "DELETE FROM {t} WHERE event_id IN ('e5', 'e6')")
-    third = run_microbatch(spark, spec.name, now=format_instant(DAY0 + 30 * M))
+    third = run_microbatch(spark, spec.name, now=format_instant(DAY0 + later * M))
     assert third.ledger_ok, third.ledger
-    assert changes(third.ledger) == (2, 2, 0, 1, 1, 1, 0), third.ledger
-    assert third.ledger["read"] == third.ledger["accepted"] == 1, third.ledger
+    assert changes(third.ledger) == (3, 2, 0, 1, 1, 1, 0), third.ledger
+    assert third.ledger["read"] == third.ledger["accepted"] == 2, third.ledger
     check(spark, spec)
     seen = {r["event_id"] for r in read_table(spark, f"{spec.name}__seen_ids").collect()}
-    assert seen == {"e0", "e1", "e2", "e3", "e4"}, "deleted rows' ids are forgotten, re-inserted ones counted again"
-    plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + 31 * M), plan_only=True)
-    assert plan.ledger["corrected_windows"] == 0 and plan.ledger["panes"] == 0, "backfill and live agree"
+    assert seen == {"e0", "e1", "e2", "e3", "e4", "e7"}, "deleted rows' ids are forgotten, re-inserted ones counted"
+
+    # Past allowed lateness a delete is not applied live: counted, and the log names the range.
+    before = {stage.output: results_of(spark, stage) for stage in spec.stages}
+    sql(spark, table, "DELETE FROM {t} WHERE event_id = 'e0'")
+    said: list[str] = []
+    fourth = run_microbatch(spark, spec.name, now=format_instant(DAY0 + (later + 5) * M), progress=said.append)
+    assert fourth.ledger_ok and changes(fourth.ledger) == (0, 1, 0, 0, 0, 0, 1), fourth.ledger
+    assert {stage.output: results_of(spark, stage) for stage in spec.stages} == before
+    hint = [m for m in said if "corrections left for a backfill" in m and "--plan-only" in m]
+    assert hint and "--start 2024-05-01T00:00:00.000Z --end 2024-05-01T00:00:00.001Z" in hint[0], said
+    # Backfill and live agree on every window but that one: its plan corrects it alone.
+    plan = run_backfill(spark, spec.name, "2024-05-01", "2024-05-02", now=format_instant(DAY0 + (later + 6) * M),
+                        plan_only=True)
+    assert plan.ledger["per_stage"][spec.stages[0].output]["corrected_windows"] == 1, plan.ledger
