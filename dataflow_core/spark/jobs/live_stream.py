@@ -31,6 +31,12 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 
+class FeedNotYet(Exception):
+    """The input's change data feed was turned on after the version the stream goes on from
+    (Delta: `DELTA_MISSING_CHANGE_DATA`): the stream is started again skipping change commits
+    (`change_options`) until it has read past the version that turned the feed on."""
+
+
 class _Halted(Exception):
     """Raised in a stream batch that starts after the loop was told to stop: its input is
     left to the next run (the checkpoint does not commit it)."""
@@ -117,6 +123,12 @@ class Stream:
             failures = [f for f in self.failures if not isinstance(f, _Halted)]
             if failures:
                 raise failures[0] from None
+            if MISSING_CHANGE_DATA in str(exc):
+                _before_feed.add(self.spec.name)
+                self.say(f"input table {self.spec.input_table} records its change data feed only since a version after "
+                         "the one this pipeline's stream goes on from: reading on skipping change commits until it "
+                         "reaches it (changes committed before then need a backfill over their range)")
+                raise FeedNotYet() from None
             if is_concurrent(exc):
                 raise self.busy from None
             if not self.halting:
@@ -125,12 +137,18 @@ class Stream:
 
 _told: set[str] = set()
 """Pipelines this process has told that their input has no change data feed."""
+_before_feed: set[str] = set()
+"""Pipelines whose stream this process found behind the version their input's feed starts at."""
+MISSING_CHANGE_DATA = "DELTA_MISSING_CHANGE_DATA"
 
 
 def change_options(spark, spec: PipelineSpec, say: Callable[[str], None]) -> dict[str, str]:
     """How the stream reads changed and removed rows: as the change data feed when the input
     table records it, else skipping the commits that change rows, and saying once (a
     pipeline's first micro-batch, or this process's first of it) that a backfill applies them."""
+    if spec.name in _before_feed:
+        _before_feed.discard(spec.name)  # this one query: the next reads the feed again
+        return {"skipChangeCommits": "true"}
     if feed_enabled(spark, spec.input_table):
         return {"readChangeFeed": "true"}
     if spec.name not in _told and not any(r["status"] == "finished" for r in records(spark, spec)):
