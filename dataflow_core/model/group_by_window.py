@@ -69,6 +69,9 @@ class KeyedWindowSet:
         self.windows: dict[Window, WindowState] = WindowMap()  # indexed by end and timer
         self.dropped_pairs = 0  # element-window pairs dropped as late or for a closed window (FORMAT's `dropped`)
         self.dropped_elements = 0  # elements none of whose windows took them (a run's ledger)
+        # of those, retractions (an input retraction past allowed lateness, or for a closed
+        # window: a correction left for a backfill); counted per run, not kept in the state
+        self.dropped_retractions = 0
         self._cached: dict[Any, Any] = {}  # reads since the last change (see _changes_windows)
         # (windows' version, watermarks [from, to) it holds for, deadline): see next_watermark_deadline
         self._deadline: tuple[int, Instant, Instant | None, Instant | None] | None = None
@@ -104,6 +107,7 @@ class KeyedWindowSet:
                 s.trigger.on_element(ws.trigger, TriggerContext(ws.window, at, watermark), el.value, el.timestamp)
                 touched.add(ws.window)
             self.dropped_elements += not taken
+            self.dropped_retractions += el.retraction and not taken
         return self._evaluate(touched, at, watermark)
 
     @_changes_windows
@@ -122,6 +126,7 @@ class KeyedWindowSet:
             if late_all or w.end <= late_below or (ws is not None and ws.closed):
                 self.dropped_pairs += part.count  # one window per element: the element is dropped
                 self.dropped_elements += part.count
+                self.dropped_retractions += part.count if part.retraction else 0
                 continue
             if ws is None:  # one window per element, none merging (`lifts`): nothing to place
                 ws = windows[w] = self._new_window(w, watermark)

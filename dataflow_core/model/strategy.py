@@ -103,6 +103,19 @@ class WindowingStrategy:
             "timestamp combiner": self.timestamp_combiner.value,
         }
 
+    @property
+    def takes_input_retractions(self) -> bool:
+        """Whether a deleted or updated input row can be taken back out of this (first)
+        stage's windows live, as an input retraction (`Element.retraction`): the combiner
+        can uncombine; the windows do not merge (a delete can split a session, and a
+        session's state keeps no element times to split it by); and a later pane still holds
+        what the row added (accumulating), or discarding panes add up by sum (`sum`, `count`:
+        a negative increment nets out; a multiset's increment after a firing never held the
+        row). Otherwise the change is left for a backfill, and counted (docs/model.md)."""
+        c, mode = self.combiner, self.accumulation
+        return (c.can_retract and not self.window_fn.is_merging
+                and (mode.accumulates or c.output_merge == "sum"))
+
     def gc_time(self, window: Window) -> Instant:
         """When the window's state is dropped: its end plus allowed lateness, capped at the
         end of time (so the global window is collected when the watermark reaches the end)."""

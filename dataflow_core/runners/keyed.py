@@ -46,6 +46,11 @@ class Arrival(NamedTuple):
     def count(self) -> int:
         return len(self.elements) + sum(p.count for p in self.combined)
 
+    @property
+    def retractions(self) -> int:
+        """How many of `count` are retractions."""
+        return sum(e.retraction for e in self.elements) + sum(p.count for p in self.combined if p.retraction)
+
 
 @dataclass
 class KeyResult:
@@ -54,6 +59,8 @@ class KeyResult:
     elements: int = 0
     dropped_elements: int = 0  # elements none of whose windows took them (late, or window closed)
     dropped_pairs: int = 0  # element-window pairs dropped (what scenarios count as `dropped`)
+    retractions: int = 0  # of `elements`, those flagged as retractions
+    dropped_retractions: int = 0  # of `dropped_elements`, those flagged as retractions
     state: KeyedWindowSet | None = None
 
 
@@ -79,11 +86,13 @@ def run_key(
     holds = _HoldTracker(schedule, out.holds) if track_holds else None
     if holds is not None and state is not None and schedule.steps:
         _carry_in(holds, schedule, ks.output_hold(wm), wm)
-    dropped_elements, dropped_pairs = ks.dropped_elements, ks.dropped_pairs
+    dropped_elements, dropped_pairs, dropped_retractions = ks.dropped_elements, ks.dropped_pairs, ks.dropped_retractions
     _KeyReplay(ks, schedule, wm, out, holds).replay(arrivals)
     out.elements = sum(a.count for a in arrivals)
     out.dropped_elements = ks.dropped_elements - dropped_elements  # only elements change these
     out.dropped_pairs = ks.dropped_pairs - dropped_pairs
+    out.retractions = sum(a.retractions for a in arrivals)
+    out.dropped_retractions = ks.dropped_retractions - dropped_retractions
     if holds is not None:
         holds.close()
     return out

@@ -4,7 +4,8 @@
 The input DataFrame has the stage's key columns and `value`, `event_ms`, `retraction`,
 `seq` (array<bigint>, the step the element arrives at) and `at_ms` (that step's processing
 time), and may have `counted` (`COUNTED`). The output has one row per pane (`kind = 'pane'`, the pane codec's fields), per hold
-span (`'hold'`) and per key (`'stats'`: its elements, and the elements and element-window pairs it dropped), so a single pass
+span (`'hold'`) and per key (`'stats'`: its elements, and the elements and element-window pairs it dropped, and
+of its elements and dropped elements those that are retractions), so a single pass
 gives the panes, the downstream watermark's inputs and the ledger; a resumable stage also
 gives each key's new state (`'state'`).
 
@@ -42,7 +43,7 @@ OUTPUT_FIELDS = (
     "is_first boolean, is_last boolean, is_retraction boolean, emitted_at bigint, "
     "replaces array<struct<window_start: bigint, window_end: bigint>>, "
     "hold bigint, hold_end array<bigint>, hold_time bigint, hold_end_time bigint, "
-    "elements bigint, dropped_elements bigint, dropped_pairs bigint, "
+    "elements bigint, dropped_elements bigint, dropped_pairs bigint, retractions bigint, dropped_retractions bigint, "
     "state string, state_version int, wake_timer bigint, wake_watermark bigint, windows array<struct<"
     "window_start: bigint, window_end: bigint, pending: int, next_index: int, "
     "next_timer: bigint, closed: boolean>>"
@@ -175,7 +176,8 @@ def _rows(row_key: list, result: Any, schedule: Schedule, codec: KeyCodec, resum
                      "hold_end": None if span.end is None else list(span.end),
                      "hold_time": span.start_time, "hold_end_time": span.end_time})
     rows.append({**keyed, "kind": "stats", "elements": result.elements,
-                 "dropped_elements": result.dropped_elements, "dropped_pairs": result.dropped_pairs})
+                 "dropped_elements": result.dropped_elements, "dropped_pairs": result.dropped_pairs,
+                 "retractions": result.retractions, "dropped_retractions": result.dropped_retractions})
     if resumable:
         wm = schedule.steps[-1].watermark if schedule.steps else schedule.start
         rows.append(state_row(keyed, result.state, wm))  # type: ignore[arg-type]

@@ -218,10 +218,11 @@ def element_columns(spec: PipelineSpec) -> list["Column"]:
     return [field_value(f).alias(f.column) for f in input_of(spec).fields]
 
 
-def _content(rows: "DataFrame") -> "Column":
+def content_hash(rows: "DataFrame") -> "Column":
     """A hash of a row's input columns: the last tie-breaker between deliveries of an event
-    with equal times (`model.input_rules.DELIVERY_ORDER`), so every run picks the same one.
-    Columns Spark cannot hash (maps) are left out."""
+    with equal times (`model.input_rules.DELIVERY_ORDER`), or between removals of an event
+    in one commit (`input.changes`), so every run picks the same one. Columns Spark cannot
+    hash (maps) are left out."""
     from pyspark.sql import functions as F
 
     hashable = [F.col(f"`{f.name}`") for f in rows.schema.fields
@@ -263,7 +264,7 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
     order = [*DELIVERY_ORDER, _CONTENT]
     if within is None:
         counted = F.lit(True) if duplicates_within is None else duplicates_within
-        rows = tagged.where(ok).select(*element_columns(spec), _content(tagged).alias(_CONTENT),
+        rows = tagged.where(ok).select(*element_columns(spec), content_hash(tagged).alias(_CONTENT),
                                        counted.cast("int").alias("_within"))
         event = Window.partitionBy("event_id").orderBy(*order)
         whole = event.rowsBetween(Window.unboundedPreceding, Window.unboundedFollowing)
@@ -273,7 +274,7 @@ def elements(spec: PipelineSpec, tagged: "DataFrame", within: "Column | None" = 
         refused = F.when(~ok, F.struct(*inputs, F.array_join(F.col(_TAGS), "; ").alias(REASON)))
         rows = tagged.where(ok | within).select(
             *[F.when(ok, field_value(f)).alias(f.column) for f in input_of(spec).fields],
-            F.when(ok, _content(tagged)).alias(_CONTENT), refused.alias(REFUSED),
+            F.when(ok, content_hash(tagged)).alias(_CONTENT), refused.alias(REFUSED),
             (ok & within).cast("int").alias("_within"), (~ok).alias("_refused"))
         # One window spec (partitioned on a column, not an expression) for both functions:
         # one shuffle and one sort of the input.

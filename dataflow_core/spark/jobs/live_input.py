@@ -6,6 +6,14 @@ backfill) accepted is a duplicate (MillWheel's record-id dedup: ids are remember
 ids the batch accepts are remembered under its idempotent key. An id a backfill counted in
 some of its windows only (sliding windows across the backfill's edges, `seen_ids.OWNED`) is
 accepted for its other windows, and remembered as counted in all of them.
+
+An input read as its change data feed (`input.changes`) also removes rows: a removal of an id
+the seen ids hold is the retraction of the element it was counted as (the first stage's
+`takes_input_retractions`; else it is left for a backfill, and counted), and the id is
+forgotten, so that a row inserted again with it counts again; a removal of any other row
+changes nothing and is counted as never counted. A retry reads the seen ids as of the
+batch's start, so it retracts what the first attempt did; a removal delivered again finds
+its id forgotten, and retracts nothing.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from dataflow_core.errors import DataflowError
 from dataflow_core.model.input_rules import ProcessingTime, input_of
 from dataflow_core.model.time import Instant
 from dataflow_core.pipelines import PipelineSpec
+from dataflow_core.spark.input.changes import is_feed, split_changes
 from dataflow_core.spark.input.rows import DUPLICATES, elements, quarantined, read_counts, tag_rows
 from dataflow_core.spark.input.fields import explained, selected
 from dataflow_core.spark.jobs.crash import crash_point
@@ -50,6 +59,8 @@ class Accepted:
     arrived: tuple[Instant, Instant] | tuple[()]
     cached: tuple["DataFrame", ...] = ()
     writes: Writes | None = None
+    retracted: "DataFrame | None" = None  # counted elements the input's changes take back out
+    corrected: tuple[Instant, Instant] | tuple[()] = ()  # least and greatest event time of the counted rows removed
 
     def release(self, failed: bool = False) -> None:
         """Wait for the writes, then free the caches. After the batch `failed`, a failed
@@ -72,33 +83,39 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
     if rows is None:
         crash_point("deduplicated")
         return Accepted(None, ())
-    tagged = persist_uncompressed(tag_rows(spark, spec, selected(spec, rows), ProcessingTime(rec.now)))
+    changes = split_changes(spec, rows) if is_feed(rows) else None
+    tagged = persist_uncompressed(tag_rows(spark, spec, selected(spec, changes.additions if changes else rows),
+                                           ProcessingTime(rec.now)))
     candidates = elements(spec, tagged, duplicates_within=F.lit(True))
     seen = read_as_of(spark, seen_table(spec), rec.versions[seen_table(spec)])
-    if seen is not None:  # marked, not dropped, so one pass also gives the range of event times that arrived
-        spans = overlapping(spec) and OWNED[0] in seen.columns  # some ids counted in some windows only
-        everywhere = seen.where(F.col(OWNED[0]).isNull()) if spans else seen
-        candidates = candidates.join(everywhere.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
-        if spans:
-            candidates = counted_spans(spec, candidates, seen)
-    else:
-        candidates = candidates.withColumn("_seen", F.lit(None).cast("boolean"))
+    removed = None if changes is None else persist_uncompressed(
+        _marked_seen(spec, elements(spec, tag_rows(spark, spec, selected(spec, changes.removals))), seen))
+    retractable = removed is not None and spec.stages[0].strategy.takes_input_retractions
+    if seen is not None and retractable:  # a counted row taken back out may be added again
+        seen = seen.join(removed.where(F.col("_seen")).select("event_id"), "event_id", "left_anti")
+    candidates = _marked_seen(spec, candidates, seen)  # marked, not dropped: one pass gives the arrived range
     # Planned (the cache) and run (the job) compiled, in the session of the stream's rows:
     # the seen ids grow with the pipeline's history.
     with settings_unless_configured(candidates.sparkSession, COMPILED_SQL):
         candidates = persist_uncompressed(candidates)
         stats = aggregates.one_job(read_counts(tagged), candidates.agg(
-            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), *duplicate_counts()))
+            F.min("event_ms").alias("lo"), F.max("event_ms").alias("hi"), *duplicate_counts()),
+            *(() if changes is None else (changes.counts, _removal_counts(removed))))
     count_batch(stats, ledger)
+    if changes is not None:
+        count_changes(stats, ledger, retractable)
     try:
         refuse_duplicate_share(spec, rec, stats, ledger)
     except DataflowError:
-        for df in (candidates, tagged):
+        for df in (candidates, tagged, *([removed] if removed is not None else [])):
             df.unpersist()
         raise
     arrived = (stats["lo"], stats["hi"]) if stats["lo"] is not None else ()
     els = candidates.where(F.col("_seen").isNull()).drop("_seen", DUPLICATES)
     expire_below = old_wm if rec.batch % EXPIRE_EVERY == 0 else None
+    retracted = removed.where(F.col("_seen")).drop("_seen", DUPLICATES) if retractable and ledger.retracted else None
+    forget = None if retracted is None else retracted.select("event_id").join(els.select("event_id"), "event_id",
+                                                                              "left_anti")
 
     def bad_rows(session: "SparkSession") -> None:
         write_quarantine(session, spec, explained(spec, quarantined(tagged)), f"batch-{rec.batch}", txn("quarantine"),
@@ -106,13 +123,53 @@ def accept(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None", 
         crash_point("quarantined")
 
     def seen_ids(session: "SparkSession") -> None:
-        remember_ids(session, spec, els, rec.batch, txn(seen_table(spec)), expire_below, unseen=True)
+        remember_ids(session, spec, els, rec.batch, txn(seen_table(spec)), expire_below, unseen=True, forget=forget)
         crash_point("deduplicated")
 
     if not ledger.quarantined:
         crash_point("quarantined")
     writes = begin_writes(spark, [seen_ids, bad_rows] if ledger.quarantined else [seen_ids])
-    return Accepted(els, arrived, (candidates, tagged), writes)
+    corrected = (stats["removed_lo"], stats["removed_hi"]) if changes is not None and stats["removed_lo"] is not None else ()
+    cached = (candidates, tagged, *([removed] if removed is not None else []))
+    return Accepted(els, arrived, cached, writes, retracted, corrected)
+
+
+def _marked_seen(spec: PipelineSpec, candidates: "DataFrame", seen: "DataFrame | None") -> "DataFrame":
+    """Elements with `_seen`: true for an event id counted before (in every window of it)."""
+    from pyspark.sql import functions as F
+
+    if seen is None:
+        return candidates.withColumn("_seen", F.lit(None).cast("boolean"))
+    spans = overlapping(spec) and OWNED[0] in seen.columns  # some ids counted in some windows only
+    everywhere = seen.where(F.col(OWNED[0]).isNull()) if spans else seen
+    candidates = candidates.join(everywhere.select("event_id", F.lit(True).alias("_seen")), "event_id", "left")
+    return counted_spans(spec, candidates, seen) if spans else candidates
+
+
+def _removal_counts(removed: "DataFrame") -> "DataFrame":
+    """One row over a batch's first removals as elements (`_seen`: counted before): how
+    many were counted, and the least and greatest event time of those."""
+    from pyspark.sql import functions as F
+
+    counted = F.col("_seen").isNotNull()
+    return removed.agg(F.count_if(counted).alias("removed_counted"),
+                       F.min(F.when(counted, F.col("event_ms"))).alias("removed_lo"),
+                       F.max(F.when(counted, F.col("event_ms"))).alias("removed_hi"))
+
+
+def count_changes(stats: Any, ledger: Ledger, retractable: bool) -> None:
+    """The ledger's change side (`input.changes`): inserts, deletes and updates; a removal of a
+    counted row is retracted when the first stage `takes_input_retractions`, else left for a
+    backfill; every other removal (of a row quarantined, a duplicate, withdrawn within the
+    batch, or never in the input the pipeline counted) was never counted."""
+    ledger.inserts, ledger.deletes, ledger.updates = int(stats["inserts"]), int(stats["deletes"]), int(stats["updates"])
+    ledger.withdrawn = int(stats["withdrawn"])
+    counted = int(stats["removed_counted"])
+    ledger.deletes_never_counted = ledger.deletes + ledger.updates - counted
+    if retractable:
+        ledger.retracted = counted
+    else:
+        ledger.left_for_backfill = counted
 
 
 def refuse_duplicate_share(spec: PipelineSpec, rec: BatchRecord, stats: Any, ledger: Ledger) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 from dataflow_core.errors import DataflowError
 from dataflow_core.model.time import Instant, format_instant, format_watermark
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
+from dataflow_core.model.windows import AssignContext
 from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.runners.schedule import Schedule, Step
 from dataflow_core.spark.jobs import live_input, live_stage
@@ -220,8 +221,11 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
                         start_time=prev.now_ms if prev else BEGINNING_OF_TIME)
     arrivals = None
     if accepted.elements is not None:
-        arrivals = first_arrivals(accepted.elements, spec.stages[0], F.array(F.lit(rec.batch).cast("bigint")),
-                                  F.lit(rec.now).cast("bigint"))
+        seq, at_ms = F.array(F.lit(rec.batch).cast("bigint")), F.lit(rec.now).cast("bigint")
+        arrivals = first_arrivals(accepted.elements, spec.stages[0], seq, at_ms)
+        if accepted.retracted is not None:  # with the batch's elements, as one bundle (model rule 19)
+            arrivals = arrivals.unionByName(first_arrivals(accepted.retracted, spec.stages[0], seq, at_ms, True),
+                                            allowMissingColumns=True)
 
     def write(current, counts, _schedule) -> None:
         live_stage.write_stage(spark, current, counts, rec, txn)
@@ -237,7 +241,25 @@ def _compute(spark: "SparkSession", spec: PipelineSpec, rows: "DataFrame | None"
         accepted.release(failed=True)
         raise
     accepted.release()  # the input's writes, under way while the stages ran, done
+    _say_corrections(spec, ledger, accepted.corrected, say)
     return ledger, {"input": new_wm, **watermarks}, estimator
+
+
+def _say_corrections(spec: PipelineSpec, ledger: Ledger, corrected: tuple, say: Callable[[str], None]) -> None:
+    """The batch's input changes in the task log, and the range to backfill for those it left
+    (the event times of every counted row it removed: a backfill over more than it needs
+    plans no change outside)."""
+    if not ledger.inserts + ledger.deletes + ledger.updates:
+        return
+    say(f"  input changes: {ledger.inserts:,} inserts, {ledger.deletes:,} deletes, {ledger.updates:,} updates; "
+        f"{ledger.retracted:,} retracted, {ledger.deletes_never_counted:,} never counted, "
+        f"{ledger.left_for_backfill:,} corrections left for a backfill")
+    if ledger.left_for_backfill and corrected:
+        starts = [w.start for t in corrected
+                  for w in spec.stages[0].strategy.window_fn.assign(AssignContext(None, None, t))]
+        say(f"  {ledger.left_for_backfill:,} corrections left for a backfill (past the first stage's allowed lateness, "
+            f"or a stage that cannot take them back live): `dataflow backfill --pipeline {spec.name} --start "
+            f"{format_instant(min(starts))} --end {format_instant(max(starts) + 1)} --plan-only` shows them")
 
 
 @contextmanager

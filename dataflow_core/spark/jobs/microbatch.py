@@ -30,7 +30,7 @@ from dataflow_core.spark.execute import python_workers
 from dataflow_core.spark.input.going_live import FirstRead
 from dataflow_core.spark.jobs.crash import CRASH_ENV
 from dataflow_core.spark.jobs.live_sequencer import Done, before_input, run_batch, warm_tables
-from dataflow_core.spark.jobs.live_stream import Stream
+from dataflow_core.spark.jobs.live_stream import FeedNotYet, Stream
 from dataflow_core.spark.platform.delta import settings_unless_configured
 from dataflow_core.spark.platform.session import MICRO_BATCH_SQL, warehouse_root
 from dataflow_core.spark.sinks.batches import records
@@ -86,7 +86,11 @@ def _microbatch(spark, pipeline: str, now, progress, first_read: FirstRead | Non
     done: list[Done] = []
     _record(done.append, before_input(spark, spec, now_ms, say, token))
     stream = Stream(spark, spec, say, token, lambda: now_ms, done.append, first_read)
-    stream.finish(stream.start({"availableNow": True}))
+    try:
+        stream.finish(stream.start({"availableNow": True}))
+    except FeedNotYet:  # read on once skipping change commits (`live_stream.change_options`)
+        stream = Stream(spark, spec, say, token, lambda: now_ms, done.append, first_read)
+        stream.finish(stream.start({"availableNow": True}))
     if not stream.batches:
         _record(done.append, run_batch(spark, spec, None, None, now_ms, say, token, stream.id))
     if not done:
@@ -184,6 +188,8 @@ def _loop_batches(spark, spec: PipelineSpec, every_s: float, say, handle, stop, 
         except PipelineBusy as exc:
             say(f"{exc}; trying again in {every_s:g} s")
             stop.wait(every_s)
+        except FeedNotYet:
+            continue  # started again at once, skipping change commits (`live_stream.change_options`)
 
 
 def _record(handle: Callable[[Done], None], done: Done | None) -> None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.spark.input.changes import is_feed, split_changes
 from dataflow_core.spark.input.rows import REASON
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn
@@ -112,6 +113,8 @@ def skip_batch(
     ledger = Ledger()
     reason = _reason(rec.batch, rec.skip or "")
     if rows is not None:
+        if is_feed(rows):  # its additions only: the operator skips what the batch would count
+            rows = split_changes(spec, rows).additions
         if spec.where:
             rows = rows.where(F.expr(spec.where))
         bad = persist_uncompressed(rows.withColumn(REASON, F.lit(reason)))

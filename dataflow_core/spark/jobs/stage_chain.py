@@ -49,6 +49,7 @@ class StageCounts:
     elements: int
     dropped_elements: int
     first_window_end: Instant | None  # the earliest window a pane of this stage closes or declares merged away
+    input_retractions: tuple[int, int] = (0, 0)  # of elements and dropped elements, the retractions
 
 
 RunStage = Callable[[StageSpec, "DataFrame | None", Schedule, bool], StageOutput]
@@ -57,13 +58,15 @@ WriteStage = Callable[[StageOutput, StageCounts, Schedule], None]
 """Writes a stage's output (its panes, results, state) once it has been counted."""
 
 
-def first_arrivals(els: "DataFrame", stage: StageSpec, seq: "Column", at_ms: "Column") -> "DataFrame":
-    """The first stage's arrivals: the accepted elements, each with the sub-step it arrives
-    at (`seq`) and its processing time (`at_ms`), and the windows that hold it already
-    (`counted`) where the elements say."""
+def first_arrivals(els: "DataFrame", stage: StageSpec, seq: "Column", at_ms: "Column",
+                   retraction: bool = False) -> "DataFrame":
+    """The first stage's arrivals: the accepted elements (or, `retraction`, the counted
+    elements an input change takes back out), each with the sub-step it arrives at (`seq`)
+    and its processing time (`at_ms`), and the windows that hold it already (`counted`)
+    where the elements say."""
     from pyspark.sql import functions as F
 
-    return els.select(*stage.key_columns, "value", "event_ms", F.lit(False).alias("retraction"),
+    return els.select(*stage.key_columns, "value", "event_ms", F.lit(retraction).alias("retraction"),
                       seq.alias("seq"), at_ms.alias("at_ms"), *([COUNTED] if COUNTED in els.columns else []))
 
 
@@ -84,7 +87,8 @@ def run_chain(spec: PipelineSpec, arrivals: "DataFrame | None", schedule: Schedu
         counts = count(current)
         write(current, counts, schedule)
         ledger.add_stage(stage.output, counts.panes, counts.retractions,
-                         counts.elements if upstream is None else None, counts.dropped_elements)
+                         counts.elements if upstream is None else None, counts.dropped_elements,
+                         input_retractions=counts.input_retractions if upstream is None else (0, 0))
         if upstream is not None:
             upstream.out.unpersist()
         upstream = current
@@ -107,11 +111,14 @@ def count(current: StageOutput) -> StageCounts:
         F.count_if(pane & ~F.col("is_retraction")).alias("p"), F.count_if(pane & F.col("is_retraction")).alias("r"),
         F.min(F.when(pane, F.least("window_end", F.array_min(f"{REPLACES}.window_end")))).alias("end"),
         F.sum(F.when(stats, F.col("elements"))).alias("e"), F.sum(F.when(stats, F.col("dropped_elements"))).alias("d"),
+        F.sum(F.when(stats, F.col("retractions"))).alias("r_in"),
+        F.sum(F.when(stats, F.col("dropped_retractions"))).alias("r_dropped"),
         F.collect_list(F.when(hold, F.struct(*HOLD_FIELDS))).alias("h"),
     ), *idle)
     current.holds = [hold_span(h) for h in found["h"]]
     current.idle_holds = sorted(found.get("idle_holds") or [])
-    return StageCounts(int(found["p"]), int(found["r"]), int(found["e"] or 0), int(found["d"] or 0), found["end"])
+    return StageCounts(int(found["p"]), int(found["r"]), int(found["e"] or 0), int(found["d"] or 0), found["end"],
+                       (int(found["r_in"] or 0), int(found["r_dropped"] or 0)))
 
 
 def _next_arrivals(upstream: StageOutput, stage: StageSpec) -> "DataFrame":

@@ -65,7 +65,8 @@ def current_runs_sql(pipeline: str | None = None, status: str | None = None) -> 
 
 
 _COUNTS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions",
-           "corrected_windows")
+           "corrected_windows", "inserts", "deletes", "updates", "withdrawn", "retracted", "deletes_never_counted",
+           "left_for_backfill")
 
 
 @dataclass
@@ -81,6 +82,18 @@ class Ledger:
     panes: int = 0
     retractions: int = 0
     corrected_windows: int = 0
+    # A micro-batch that reads the input's change data feed (`input.changes`): its inserted
+    # rows, deleted rows and updated rows (each a pre- and a post-image); rows added and
+    # taken back out within the batch (`withdrawn`, not `read`); and where each removal (a
+    # delete or a pre-image) went: `retracted` from the windows that counted it, a row that
+    # was never counted (`deletes_never_counted`), or a correction left for a backfill.
+    inserts: int = 0
+    deletes: int = 0
+    updates: int = 0
+    withdrawn: int = 0
+    retracted: int = 0
+    deletes_never_counted: int = 0
+    left_for_backfill: int = 0
     per_stage: dict[str, dict[str, int]] = field(default_factory=dict)
 
     @property
@@ -88,6 +101,7 @@ class Ledger:
         return (
             self.read == self.accepted + self.duplicates + self.quarantined
             and self.accepted == self.aggregated + self.dropped_late
+            and self.deletes + self.updates == self.retracted + self.deletes_never_counted + self.left_for_backfill
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -97,17 +111,21 @@ class Ledger:
         return d
 
     def add_stage(self, stage: str, panes: int, retractions: int, elements: int | None = None,
-                  dropped: int = 0, corrected_windows: int = 0) -> None:
+                  dropped: int = 0, corrected_windows: int = 0, input_retractions: tuple[int, int] = (0, 0)) -> None:
         """A stage's panes and retractions (and a backfill's windows corrected); for the first
         stage (`elements` given), what it aggregated and dropped as too late of the elements
-        it took."""
+        it took, and of those (`input_retractions`) how many were input retractions and how
+        many of them it dropped as too late (left for a backfill)."""
         self.per_stage[stage] = {"panes": panes, "retractions": retractions, "corrected_windows": corrected_windows}
         self.panes += panes
         self.retractions += retractions
         self.corrected_windows += corrected_windows
         if elements is not None:
-            self.dropped_late = dropped
-            self.aggregated = elements - dropped
+            taken_back, too_late = input_retractions
+            self.dropped_late = dropped - too_late
+            self.aggregated = elements - taken_back - self.dropped_late
+            self.retracted -= too_late
+            self.left_for_backfill += too_late
 
     def plus(self, other: "Ledger") -> "Ledger":
         """The ledger of both runs (or batches) together."""
@@ -128,6 +146,14 @@ class Ledger:
             f"  accepted {self.accepted:,} = aggregated {self.aggregated:,} + dropped as too late"
             f" {self.dropped_late:,}   {ok}",
         ]
+        if self.inserts + self.deletes + self.updates:
+            out += [
+                f"  changes: {self.inserts:,} inserts, {self.deletes:,} deletes, {self.updates:,} updates"
+                f" ({self.withdrawn:,} rows added and removed within the batch)",
+                f"  deletes {self.deletes:,} + updates {self.updates:,} = retracted {self.retracted:,}"
+                f" + never counted {self.deletes_never_counted:,} + corrections left for a backfill"
+                f" {self.left_for_backfill:,}",
+            ]
         for stage, c in self.per_stage.items():
             out.append(
                 f"  {stage}: {c.get('panes', 0):,} panes, {c.get('retractions', 0):,} retractions, "

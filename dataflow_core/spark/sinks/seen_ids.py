@@ -82,14 +82,16 @@ def horizon(spec: PipelineSpec, watermark: Instant) -> Instant | None:
 
 def remember_ids(
     spark, spec: PipelineSpec, els: "DataFrame", batch: int, txn: Txn, watermark: Instant | None = None,
-    unseen: bool = False,
+    unseen: bool = False, forget: "DataFrame | None" = None,
 ) -> None:
     """Event ids of `els` join the seen set. With `watermark`, ids beyond the `horizon` are
     forgotten (a delivery that late would be dropped as too late anyway). `unseen`: the
     caller knows none of the ids is in the set (a micro-batch's, checked against the version
     it reads, which nothing else writes while it has the pipeline locked), so they are appended
     rather than merged on the id. Spans (`OWNED` columns of `els`) are kept: an id is merged
-    on its id and span, so a row per span it was counted in."""
+    on its id and span, so a row per span it was counted in. `forget`: event ids (`event_id`,
+    none of them in `els`) taken back out of the windows that counted them everywhere (an
+    input delete), which leave the set in the same commit."""
     from pyspark.sql import functions as F
 
     name = seen_table(spec)
@@ -97,10 +99,15 @@ def remember_ids(
     spans = list(OWNED) if overlapping(spec) else []  # null: counted in every window
     ids = els.select("event_id", "event_ms", F.lit(batch).cast("bigint").alias("batch"),
                      *[F.col(c) if c in els.columns else F.lit(None).cast("bigint").alias(c) for c in spans])
-    if unseen and before is None:
+    if unseen and before is None and forget is None:
         append_rows(spark, name, ids, txn)
         return
     rows = ids.withColumn("_delete", F.lit(False))
+    if forget is not None:
+        rows = rows.unionByName(forget.select("event_id", F.lit(None).cast("bigint").alias("event_ms"),
+                                              F.lit(batch).cast("bigint").alias("batch"),
+                                              *[F.lit(None).cast("bigint").alias(c) for c in spans],
+                                              F.lit(True).alias("_delete")))
     if spans and table_exists(spark, name):  # a table from before spans: its ids were counted everywhere
         add_columns(spark, name, {c: "bigint" for c in OWNED})
     if before is not None and table_exists(spark, name):
