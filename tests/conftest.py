@@ -62,6 +62,7 @@ SLOW = (
 LONG = (
     "tests/integration/test_pipeline_properties.py::",  # three pipelines of five stages: batch, replay, live
     "tests/integration/test_backfill_locks.py::test_crash_and_change_law",  # ~75 s
+    "tests/integration/test_input_changes_live.py::",  # ~200 s: two stages live over a change feed, batch by batch
     "tests/integration/test_microbatch.py::",  # tests of 30-50 s each
     "tests/integration/test_backfill_live.py::",
     "tests/integration/test_backfill_plans.py::",
