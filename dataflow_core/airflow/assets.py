@@ -29,18 +29,29 @@ def results_asset(table: str) -> Asset:
     return Asset(name=f"dataflow.results.{table}", uri=f"dataflow://results/{table}", group="dataflow")
 
 
-def results_versions(pipeline: str, warehouse: str | None = None) -> dict[str, int]:
-    """Each stage's results table's version now (-1: no table yet), taken before a run so that
-    `run_corrections` reads only the commits after it. Without Spark (delta-rs)."""
+def results_versions(pipeline: str, warehouse: str | None = None) -> dict[str, int | None]:
+    """Each stage's results table's version now (-1: no table yet; None: it cannot be read
+    without Spark, and its run publishes no event, as `run_corrections` logs), taken before a
+    run so that `run_corrections` reads only the commits after it. Without Spark (delta-rs);
+    never fails the run it precedes."""
     from dataflow_core.pipelines import get, layout
     from dataflow_core.query import list_tables, open_table
 
-    tables = set(list_tables(warehouse))
     names = [layout.results(stage) for stage in get(pipeline).stages]
-    return {name: (open_table(name, warehouse).version() if name in tables else -1) for name in names}
+    try:
+        tables = set(list_tables(warehouse))
+    except Exception:  # noqa: BLE001 - see the docstring
+        return {name: None for name in names}
+    versions: dict[str, int | None] = {}
+    for name in names:
+        try:
+            versions[name] = open_table(name, warehouse).version() if name in tables else -1
+        except Exception:  # noqa: BLE001 - see the docstring
+            versions[name] = None
+    return versions
 
 
-def run_corrections(pipeline: str, run_ids: Iterable[str], before: Mapping[str, int], late_only: bool = False,
+def run_corrections(pipeline: str, run_ids: Iterable[str], before: Mapping[str, int | None], late_only: bool = False,
                     warehouse: str | None = None) -> list[dict[str, Any]]:
     """Per results table the run (`run_ids`: the ids its rows carry) changed, the summary of
     its changed windows (`corrections.change_summary`), read from the change feed of the
@@ -55,7 +66,7 @@ def run_corrections(pipeline: str, run_ids: Iterable[str], before: Mapping[str, 
     for stage in get(pipeline).stages:
         table = layout.results(stage)
         try:
-            rows = _feed_after(table, before.get(table, -1), warehouse)
+            rows = _feed_after(table, before.get(table), warehouse)
         except Exception as exc:  # noqa: BLE001 - the event is lost, the run is not
             log.error(f"no asset event for {table}: its change feed cannot be read ({' '.join(str(exc).split())[:300]})")
             continue
@@ -67,12 +78,14 @@ def run_corrections(pipeline: str, run_ids: Iterable[str], before: Mapping[str, 
     return out
 
 
-def _feed_after(table: str, version: int, warehouse: str | None) -> list[dict[str, Any]]:
+def _feed_after(table: str, version: int | None, warehouse: str | None) -> list[dict[str, Any]]:
     """The change-feed rows of `table`'s commits after `version` (none when it has none)."""
     import pyarrow as pa
 
     from dataflow_core.query import list_tables, open_table
 
+    if version is None:
+        raise ValueError("its version before the run could not be read")
     if table not in list_tables(warehouse):
         return []
     delta = open_table(table, warehouse)

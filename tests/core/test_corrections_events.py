@@ -111,3 +111,45 @@ def test_without_the_openlineage_provider_reporting_lineage_does_nothing_and_fai
     assert find_spec("airflow.providers.openlineage") is None, "the provider is not part of the lock"
     assert report_lineage("billing", "/data/wh") is False
     assert not get_hook_lineage_collector().collected_assets.inputs
+
+
+def _results(rows: list[tuple]):
+    import pyarrow as pa
+
+    stamp = pa.timestamp("us", tz="UTC")
+    return pa.table({
+        "ad_id": [r[0] for r in rows], "window_start": pa.array([hour(r[1]) for r in rows], stamp),
+        "window_end": pa.array([hour(r[1] + 1) for r in rows], stamp),
+        "value": pa.array([Decimal(r[2]) for r in rows], pa.decimal128(28, 3)),
+        "timing": ["ON_TIME"] * len(rows), "run_id": [r[3] for r in rows]})
+
+
+def _merge(path, rows: list[tuple]) -> None:
+    from deltalake import DeltaTable
+
+    (DeltaTable(str(path)).merge(_results(rows), "s.ad_id = t.ad_id AND s.window_start = t.window_start",
+                                 source_alias="s", target_alias="t").when_matched_update_all().execute())
+
+
+def test_a_run_that_changed_two_windows_has_one_event_naming_them_and_a_run_that_changed_none_has_none(tmp_path):
+    """On a results table with Delta's change feed (written by delta-rs, as billing's): what
+    `run_corrections` reads after a run, from the version `results_versions` took before it."""
+    from deltalake import write_deltalake
+
+    from dataflow_core.airflow.assets import results_versions, run_corrections
+
+    table = tmp_path / "billing"
+    write_deltalake(str(table), _results([("a", 0, "1", "r0"), ("b", 0, "2", "r0"), ("a", 1, "3", "r0")]),
+                    configuration={"delta.enableChangeDataFeed": "true"})
+    before = results_versions("billing", str(tmp_path))
+    assert before == {"billing": 0}
+    _merge(table, [("a", 0, "5", "r1"), ("b", 0, "4", "r1"), ("a", 1, "3", "r1")])  # a1 rewritten as it was
+    [event] = run_corrections("billing", ["r1"], before, warehouse=str(tmp_path))
+    assert (event["table"], event["run_id"], event["reason"], event["count"]) == ("billing", "r1", INPUT_CORRECTION, 2)
+    assert event["spans"] == [["2024-05-01T00:00:00.000Z", "2024-05-01T01:00:00.000Z"]]
+    assert [(c["key"]["ad_id"], c["old"], c["new"]) for c in event["largest"]] == [
+        ("a", "1.000", "5.000"), ("b", "2.000", "4.000")]
+    again = results_versions("billing", str(tmp_path))
+    _merge(table, [("a", 0, "5", "r2"), ("b", 0, "4", "r2")])
+    assert run_corrections("billing", ["r2"], again, warehouse=str(tmp_path)) == []
+    assert results_versions("billing", str(tmp_path / "none")) == {"billing": -1}
