@@ -26,6 +26,11 @@ day (at most "days at once" of them at a time); `gate_output` checks every stage
 and results for the windows the days touched; `summary` says in its first line whether the run
 succeeded and how each gate ended (it runs after a failure too), then logs the ledger.
 
+A day (or an applied plan) that changed windows of a results table publishes an asset event
+for that table (`dataflow_core.airflow.assets`: which windows, how many, the largest changes,
+the run and why); one that changed nothing publishes none. DAGs scheduled on the table's
+asset run on it (`dataflow_invoice_corrections`).
+
 Days of one pipeline write one at a time: each day's backfill has the pipeline locked
 (`sinks.pipeline_lock`), and a day that finds it locked is rescheduled (the waiting form, as
 `--wait` is on the command line) rather than failed. Not an Airflow pool per pipeline: the
@@ -46,6 +51,7 @@ from airflow.sdk import Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow.approval import PlanApproval
+from dataflow_core.airflow.assets import CORRECTIONS, publish
 from dataflow_core.airflow.requests import backfill_param_schemas
 
 SLOT_RETRY_S = 15  # a day waiting for "days at once" is rescheduled, not left holding a worker
@@ -110,8 +116,9 @@ def dataflow_backfill() -> None:
         return list(plan["days"])
 
     # Retries: two days written at once may collide on a Delta commit; a day is idempotent.
+    # Outlet: the day's changed results tables get an asset event each (`airflow.assets`).
     @task(retries=2, retry_delay=timedelta(seconds=20), max_active_tis_per_dagrun=8,
-          map_index_template="{{ day }}")
+          map_index_template="{{ day }}", outlets=[CORRECTIONS])
     def backfill_day(day: str, plan: dict[str, Any], **context: Any) -> dict[str, Any]:
         import logging
 
@@ -123,9 +130,11 @@ def dataflow_backfill() -> None:
 
         context["day"] = day  # names the mapped task in the grid (map_index_template)
         try:
-            return run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
+            done = run_day(plan["pipeline"], day, plan["replay"], plan["batch_interval"],
                            plan["days_at_once"], f"{context['dag'].dag_id}__{context['run_id']}",
                            wait_for_slot=False)
+            publish(context["outlet_events"], done["corrections"])
+            return done
         except (NoSlot, PipelineBusy) as busy:
             # Waiting here would hold a worker slot: come back later instead (up_for_reschedule).
             # PipelineBusy: a live micro-batch of the pipeline is running; the day waits for it.
@@ -189,13 +198,15 @@ def _approval_path(plan: Any) -> tuple[Any, Any, Any]:
 
         return _rescheduled_when_busy(lambda: plan_range(plan))
 
-    @task
+    @task(outlets=[CORRECTIONS])
     @_fail_on_dataflow_error
     def apply_plan(plan: dict[str, Any], planned: dict[str, Any], **context: Any) -> dict[str, Any]:
         from dataflow_core.airflow.approval import DECISION_KEY, apply_approved
 
         decision = context["ti"].xcom_pull(task_ids="approve_backfill", key=DECISION_KEY) or {}
-        return _rescheduled_when_busy(lambda: apply_approved(plan, planned["run_id"], decision))
+        applied = _rescheduled_when_busy(lambda: apply_approved(plan, planned["run_id"], decision))
+        publish(context["outlet_events"], applied["corrections"])
+        return applied
 
     @task
     @_fail_on_dataflow_error

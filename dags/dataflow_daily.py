@@ -4,7 +4,8 @@ Scheduled daily; each run's data interval is one day of event time (UTC midnight
 midnight), so Airflow's own Backfill (the UI's "Backfill" dialog, `airflow backfill create
 --dag-id dataflow_daily__billing --from-date 2024-05-01 --to-date 2024-05-07`) recomputes any
 range of days. Tasks: gate the day's input -> backfill the day -> gate panes and results ->
-summary. Created paused: unpause the pipelines you want kept up to date every night.
+summary. A day that changed windows publishes an asset event per changed results table
+(`dataflow_core.airflow.assets`); one that changed nothing, none. Created paused: unpause the pipelines you want kept up to date every night.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from airflow.sdk import CronDataIntervalTimetable, dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow import settings
+from dataflow_core.airflow.assets import CORRECTIONS
 from dataflow_core.airflow.dag_ids import daily_dag_id
 from dataflow_core.pipelines import all_pipelines
 from dataflow_core.model.windows import GlobalWindows
@@ -58,12 +60,15 @@ def make_daily_dag(pipeline: str, description: str):
             start, end = _day(context)
             return _run(gate_input_range, pipeline, start, end, context["run_id"])
 
-        @task(retries=1)
+        @task(retries=1, outlets=[CORRECTIONS])
         def backfill(gate: dict[str, Any], **context: Any) -> dict[str, Any]:
+            from dataflow_core.airflow.assets import publish
             from dataflow_core.airflow.tasks import backfill_day
 
             start, _ = _day(context)
-            return _run(backfill_day, pipeline, start, False, "1m", 1, f"{pipeline}__{context['run_id']}")
+            done = _run(backfill_day, pipeline, start, False, "1m", 1, f"{pipeline}__{context['run_id']}")
+            publish(context["outlet_events"], done["corrections"])
+            return done
 
         @task
         def gate_output(day: dict[str, Any], **context: Any) -> dict[str, Any]:

@@ -10,6 +10,9 @@ run that finds it locked by a run whose process is gone or whose last status is 
 76, `PipelineStuck`) *fails*, with one line naming that run and the commands that resume and
 abandon it: nothing runs until someone does, so a skip would hide it.
 
+A batch whose late panes changed windows publishes an asset event per results table it
+changed (`dataflow_core.airflow.assets`, reason "late data").
+
 The output gate checks the panes the batch wrote (the pane log names them `batch-N`), and
 fails if the batch wrote panes but the gate found none to check.
 
@@ -39,6 +42,7 @@ from airflow.sdk import dag, task
 from airflow.sdk.exceptions import AirflowFailException
 
 from dataflow_core.airflow import settings
+from dataflow_core.airflow.assets import CORRECTIONS
 from dataflow_core.airflow.dag_ids import microbatch_dag_id
 from dataflow_core.pipelines import all_pipelines
 
@@ -59,11 +63,11 @@ def make_microbatch_dag(pipeline: str, description: str):
         default_args={"retries": 0},
     )
     def microbatch_dag() -> None:
-        @task
-        def microbatch() -> dict[str, Any]:
+        @task(outlets=[CORRECTIONS])
+        def microbatch(**context: Any) -> dict[str, Any]:
             from dataflow_core.airflow.batch_task import microbatch_task
 
-            return microbatch_task(pipeline)
+            return microbatch_task(pipeline, context["outlet_events"])
 
         @task
         def gate_output(batch: dict[str, Any], **context: Any) -> dict[str, Any]:

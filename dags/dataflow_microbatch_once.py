@@ -27,6 +27,7 @@ import pendulum
 from airflow.sdk import Param, dag, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowRescheduleException, AirflowSkipException
 
+from dataflow_core.airflow.assets import CORRECTIONS
 from dataflow_core.airflow.batch_task import microbatch_task
 from dataflow_core.airflow.requests import pipeline_names
 
@@ -73,15 +74,15 @@ _NAMES = _names()
     default_args={"retries": 0},
 )
 def dataflow_microbatch_once() -> None:
-    @task
+    @task(outlets=[CORRECTIONS])
     def microbatch(**context: Any) -> dict[str, Any]:
-        return microbatch_task(context["params"]["pipeline"])
+        return microbatch_task(context["params"]["pipeline"], context["outlet_events"])
 
     @task
     def gate_output(batch: dict[str, Any], **context: Any) -> dict[str, Any]:
         return _gate(context["params"]["pipeline"], batch, context["run_id"])
 
-    @task
+    @task(outlets=[CORRECTIONS])
     def fire_due_timer(batch: dict[str, Any], gates: dict[str, Any], **context: Any) -> dict[str, Any]:
         import time
 
@@ -104,7 +105,7 @@ def dataflow_microbatch_once() -> None:
         if now <= timer:
             log.info(f"waiting for the timer at {format_instant(timer)}; this task comes back then")
             raise AirflowRescheduleException(pendulum.from_timestamp(timer / 1000 + TIMER_MARGIN_S, tz="UTC"))
-        return microbatch_task(pipeline)
+        return microbatch_task(pipeline, context["outlet_events"])
 
     @task
     def gate_timer_batch(batch: dict[str, Any], **context: Any) -> dict[str, Any]:

@@ -252,16 +252,21 @@ def apply_approved(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, 
     from dataflow_core.spark.jobs.plans import apply_plan, decided
     from dataflow_core.spark.sinks.runs import PlanState
 
+    from dataflow_core.airflow.assets import results_versions, run_corrections
+    from dataflow_core.airflow.lineage import report_lineage
+
     pipeline = plan["pipeline"]
     spark = spark_session(f"dataflow-apply-{pipeline}")
+    before = results_versions(pipeline)
     say(f"{decision.get('user')} approved plan {run_id} at {decision.get('at')}; applying it")
     result = apply_plan(spark, pipeline, run_id, decision.get("user"), say=lambda m: say("  " + m))
     if isinstance(result, PlanState):
         raise DataflowError(decided(result))
     ledger = ledger_counts(result.ledger)
     say(f"run {run_id} applied: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
+    report_lineage(pipeline)
     return {"day": range_label(plan), "run_id": run_id, "ledger": ledger, "ledger_ok": result.ledger_ok,
-            "written": written_per_stage(result.ledger)}
+            "written": written_per_stage(result.ledger), "corrections": run_corrections(pipeline, [run_id], before)}
 
 
 def reject_planned(plan: Mapping[str, Any], run_id: str, decision: Mapping[str, Any], say: Say = log_info) -> dict[str, Any]:

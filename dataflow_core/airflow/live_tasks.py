@@ -27,9 +27,13 @@ def microbatch(pipeline: str, say: Say = log_info) -> dict[str, Any]:
             f"micro-batches are not available in this installation ({exc}); "
             "dataflow_core.spark.jobs.microbatch is needed"
         ) from None
+    from dataflow_core.airflow.assets import results_versions, run_corrections
+    from dataflow_core.airflow.lineage import report_lineage
+
     spark = spark_session(f"dataflow-microbatch-{pipeline}")
     checked(spark, pipeline)
     before = finished_batches(pipeline)
+    versions = results_versions(pipeline)
     try:
         result = run_microbatch(spark, pipeline, progress=lambda m: say("  " + m))
     except PipelineBusy as exc:
@@ -48,8 +52,10 @@ def microbatch(pipeline: str, say: Say = log_info) -> dict[str, Any]:
     except DataflowError as exc:  # the batch is done; not knowing its next timer must not fail it
         timer = None
         log.warning(f"cannot tell when the results are complete: {exc}")
+    report_lineage(pipeline)
     return {"run_id": result.run_id, "pane_run_ids": run_ids, "ledger": ledger,
-            "written": written_per_stage(result.ledger), "next_timer": timer}
+            "written": written_per_stage(result.ledger), "next_timer": timer,
+            "corrections": run_corrections(pipeline, [result.run_id, *run_ids], versions, late_only=True)}
 
 
 def next_timer(pipeline: str, warehouse: str | None = None) -> int | None:

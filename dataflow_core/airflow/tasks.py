@@ -196,6 +196,8 @@ def backfill_day(
 ) -> dict[str, Any]:
     """One day [day, day + 1) of a backfill, holding a slot of the run's days-at-once (raises
     NoSlot when none is free and `wait_for_slot` is False)."""
+    from dataflow_core.airflow.assets import results_versions, run_corrections
+    from dataflow_core.airflow.lineage import report_lineage
     from dataflow_core.spark.jobs.backfill import run_backfill
 
     first = dt.date.fromisoformat(day)
@@ -203,6 +205,7 @@ def backfill_day(
     with day_slot(run_key, days_at_once, say, wait=wait_for_slot):
         spark = spark_session(f"dataflow-backfill-{pipeline}")
         checked(spark, pipeline)
+        before = results_versions(pipeline)
         say(f"backfill {pipeline} [{day}, {end}) {'replay' if replay else 'batch'}")
         started = time.monotonic()
         result = run_backfill(spark, pipeline, day, end, replay=replay, batch_interval=batch_interval,
@@ -213,8 +216,9 @@ def backfill_day(
         + f"({time.monotonic() - started:.0f} s)")
     if not result.ledger_ok:
         raise DataflowError(f"run {result.run_id} of {pipeline} for {day}: the ledger does not balance: {result.ledger}")
+    report_lineage(pipeline)
     return {"day": day, "run_id": result.run_id, "ledger": ledger, "ledger_ok": result.ledger_ok,
-            "written": written_per_stage(result.ledger)}
+            "written": written_per_stage(result.ledger), "corrections": run_corrections(pipeline, [result.run_id], before)}
 
 
 def written_per_stage(ledger: Mapping[str, Any]) -> dict[str, int]:

@@ -32,6 +32,7 @@ EXPECTED_DAG_IDS = {
     "dataflow_demo", "dataflow_backfill", "dataflow_maintenance",
     "dataflow_daily__billing", "dataflow_daily__ad_sessions",
     "dataflow_microbatch__billing", "dataflow_microbatch__ad_sessions", "dataflow_microbatch_once",
+    "dataflow_invoice_corrections",
 }
 DEMO_PARAMS = {"rows", "seed", "window", "master", "warehouse"}
 

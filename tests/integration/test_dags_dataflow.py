@@ -141,6 +141,52 @@ def test_backfill_dag_runs_every_day_and_gates_the_output(dag_runs, sample_wh):
     assert f"Data Docs: {docs}" in out and docs.is_file()
 
 
+def _asset_events(home: Path) -> list[dict]:
+    """The asset events in the Airflow home's metadata DB (SQLite): asset, source and extra."""
+    import sqlite3
+
+    with sqlite3.connect(home / "airflow.db") as db:
+        db.row_factory = sqlite3.Row
+        rows = db.execute("SELECT a.name, e.source_dag_id, e.source_task_id, e.extra FROM asset_event e "
+                          "JOIN asset a ON a.id = e.asset_id ORDER BY e.id").fetchall()
+    return [{**dict(r), "extra": json.loads(r["extra"] or "{}")} for r in rows]
+
+
+def test_a_backfill_day_that_changed_windows_publishes_them_as_an_asset_event(dag_runs, airflow_home, sample_wh,
+                                                                             dagbag):
+    """Each day of the backfill DAG's run wrote every window of its day (a first backfill): one
+    event per day for billing's results asset naming exactly those windows, from the Delta
+    table; the daily DAG's run of a day the backfill wrote changed nothing and published none.
+    The consumer DAG is scheduled on that asset (`airflow dags test` runs no scheduler, which
+    is what starts an asset-scheduled run: its schedule is checked in the DagBag)."""
+    from decimal import Decimal
+
+    from deltalake import DeltaTable
+
+    from dataflow_core.model.time import format_instant
+
+    assert dag_runs["backfill"].code == 0 and dag_runs["daily"].code == 0
+    events = [e for e in _asset_events(airflow_home) if e["source_dag_id"] in ("dataflow_backfill", "dataflow_daily__billing")]
+    assert {(e["name"], e["source_dag_id"], e["source_task_id"]) for e in events} == {
+        ("dataflow.results.billing", "dataflow_backfill", "backfill_day")}, events
+    rows = DeltaTable(str(sample_wh / "billing")).to_pyarrow_table().to_pylist()
+    by_run = {e["extra"]["run_id"]: e["extra"] for e in events}
+    assert len(events) == 2 and set(by_run) == {r["run_id"] for r in rows}
+
+    def iso(t) -> str:
+        return format_instant(int(t.timestamp() * 1000))
+
+    for run_id, extra in by_run.items():
+        written = [r for r in rows if r["run_id"] == run_id]
+        assert extra["reason"] == "backfill" and extra["count"] == len(written) == extra["new"]
+        assert extra["spans"] == sorted([iso(a), iso(b)] for a, b in {(r["window_start"], r["window_end"]) for r in written})
+        assert extra["range"] == {"start": iso(min(r["window_start"] for r in written)),
+                                  "end": iso(max(r["window_end"] for r in written))}
+        top = max(written, key=lambda r: abs(r["value"]))
+        assert abs(Decimal(extra["largest"][0]["new"])) == abs(top["value"]) and len(extra["largest"]) == 5
+    assert "dataflow.results.billing" in dagbag["schedules"]["dataflow_invoice_corrections"]
+
+
 def test_a_request_a_schema_cannot_refuse_fails_the_first_task(dag_runs):
     """A request whose input table is missing: check_request fails the run before Spark starts
     (the checks themselves: test_backfill_requests_a_schema_cannot_refuse_are_refused)."""
