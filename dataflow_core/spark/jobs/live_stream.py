@@ -151,7 +151,7 @@ def change_options(spark, spec: PipelineSpec, say: Callable[[str], None]) -> dic
         return {"skipChangeCommits": "true"}
     if feed_enabled(spark, spec.input_table):
         return {"readChangeFeed": "true"}
-    if spec.name not in _told and not any(r["status"] == "finished" for r in records(spark, spec)):
+    if spec.name not in _told and not any(r.status == "finished" for r in records(spark, spec)):
         say(f"input table {spec.input_table} has no change data feed: rows deleted or updated there after they "
             f"were counted stay counted until a `dataflow backfill` over their range (and rows an upsert or "
             f"overwrite adds are read by that backfill only); to correct them live, turn the feed on: "
