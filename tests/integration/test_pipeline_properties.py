@@ -42,7 +42,6 @@ from dataflow_core import api
 from dataflow_core.model.combiners import CombineFn
 from dataflow_core.model.panes import Pane
 from dataflow_core.model.pipeline import Pipeline, Stage
-from dataflow_core.model.strategy import WindowingStrategy
 from dataflow_core.model.time import END_OF_TIME, format_instant
 from dataflow_core.model.watermarks import BEGINNING_OF_TIME, Progress
 from dataflow_core.pipelines import layout

@@ -137,7 +137,7 @@ class BackfillRun:
     spark: "SparkSession"
     spec: PipelineSpec
     span: EventRange
-    lock: Hold
+    lock: PipelineLock
     say: Progress_
     fast: bool | None = None
     plan_only: bool = False
@@ -232,7 +232,7 @@ class BackfillRun:
     def _first_stage(self, read: RangeRead) -> None:
         """`_corrected`'s work once the range is `read` (its bad rows waited for before its
         cache goes), then the later stages'."""
-        spark, spec, span, run, ledger = self.spark, self.spec, self.span, self.run, self.ledger
+        spec, span, ledger = self.spec, self.span, self.ledger
         first = spec.stages[0]
         finals, els, cached = self._first_finals(read)
         ledger.aggregated = ledger.accepted  # a perfect watermark leaves nothing late

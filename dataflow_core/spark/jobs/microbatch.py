@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.errors import BUSY_EXIT, DataflowError, PipelineBusy
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.options import parse_time
-from dataflow_core.pipelines import PipelineSpec, get
+from dataflow_core.pipelines import PipelineSpec
 from dataflow_core.pipelines.check import with_value_types
 from dataflow_core.spark.execute import python_workers
 from dataflow_core.spark.input.going_live import FirstRead
