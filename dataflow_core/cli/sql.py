@@ -132,7 +132,7 @@ def refuse_pipeline_writes(sql: str) -> None:
     Input tables are the user's: writing them is how input arrives."""
     from dataflow_core.pipelines.registry import all_pipelines
     from dataflow_core.query import write_targets
-    from dataflow_core.spark.sinks.batches import BATCHES_TABLE
+    from dataflow_core.spark.sinks.batch_records import BATCHES_TABLE
     from dataflow_core.spark.sinks.pipeline_lock import pipeline_tables
     from dataflow_core.spark.sinks.runs import RUNS_TABLE, WATERMARKS_TABLE
 

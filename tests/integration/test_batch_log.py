@@ -5,7 +5,8 @@ in between makes the next read query the table again."""
 from __future__ import annotations
 
 from dataflow_core.spark.sinks import batches
-from dataflow_core.spark.sinks.batches import RESET, SKIP, BatchRecord, append_record, read_log
+from dataflow_core.spark.sinks.batch_records import RESET, SKIP, BatchRecord, LoggedBatch
+from dataflow_core.spark.sinks.batches import append_record, read_log
 from dataflow_core.spark.sinks.runs import Ledger
 from tests.integration.test_backfill import sessions_pipeline
 
@@ -46,7 +47,7 @@ def test_the_log_followed_through_own_appends_equals_a_fresh_read(spark):
 
     log = read_log(spark, spec)
     assert [(r.batch, r.status) for r in log.records] == [(5, "started"), (4, RESET)]
-    assert log.records[0] == batches.LoggedBatch(
+    assert log.records[0] == LoggedBatch(
         pipeline=spec.name, batch=5, stream_batch=2, now_ms=6_000, status="started", versions={"x": 5}, watermarks={},
         estimator_state=None, ledger=None, attempt=0, run_token="run-5-0", stream_id="s1", holder="microbatch",
         reason=None, skip=None), "the row read back as written, its JSON columns decoded"

@@ -14,7 +14,7 @@ from deltalake.exceptions import CommitFailedError
 from dataflow_core.spark.platform import driver_delta
 from dataflow_core.spark.platform.delta import append_rows, create_table
 from dataflow_core.spark.platform.tables import read_table, table_path
-from dataflow_core.spark.sinks.batches import BATCHES_SCHEMA, BATCHES_TABLE
+from dataflow_core.spark.sinks.batch_records import BATCHES_SCHEMA, BATCHES_TABLE
 
 pytestmark = pytest.mark.integration
 

@@ -322,7 +322,7 @@ def watermark_steps(pipeline: str, stages: list[str], output: str, index: int, t
     import pandas as pd
 
     from dataflow_core.model.time import END_OF_TIME
-    from dataflow_core.spark.sinks.batches import LOG_COLUMNS, logged_batch
+    from dataflow_core.spark.sinks.batch_records import LOG_COLUMNS, logged_batch
 
     points: list[tuple[int, int]] = []
     if WATERMARK_TABLE in tables:

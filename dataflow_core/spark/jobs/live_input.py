@@ -34,7 +34,7 @@ from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.concurrent_writes import Writes, begin_writes
 from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_configured
 from dataflow_core.spark.platform.session import COMPILED_SQL
-from dataflow_core.spark.sinks.batches import BatchRecord
+from dataflow_core.spark.sinks.batch_records import BatchRecord
 from dataflow_core.spark.sinks.quarantine import write_quarantine
 from dataflow_core.spark.sinks.runs import Ledger
 from dataflow_core.spark.sinks.seen_ids import OWNED, counted_spans, overlapping, remember_ids, seen_table

@@ -34,9 +34,8 @@ from dataflow_core.spark.jobs.stage_chain import first_arrivals, run_chain
 from dataflow_core.spark.platform import snapshot_warming
 from dataflow_core.spark.platform.delta import Txn, gone_cause, read_as_of, table_version
 from dataflow_core.spark.platform.tables import table_exists
-from dataflow_core.spark.sinks.batches import (
-    ATTEMPTS, BatchRecord, LoggedBatch, append_record, claim, fence, log_version, next_batch, read_log, records,
-)
+from dataflow_core.spark.sinks.batch_records import ATTEMPTS, BatchRecord, LoggedBatch
+from dataflow_core.spark.sinks.batches import append_record, claim, fence, log_version, next_batch, read_log, records
 from dataflow_core.spark.sinks.pipeline_lock import ensure_control_tables, input_key, refuse_if_locked, release_if_finished
 from dataflow_core.spark.sinks.live_state import next_wake, state_table
 from dataflow_core.spark.sinks.panes import panes_table

@@ -25,7 +25,7 @@ from dataflow_core.spark.platform.concurrent_writes import write_at_once
 from dataflow_core.spark.platform.delta import Txn, read_as_of, settings_unless_configured
 from dataflow_core.spark.platform.session import COMPILED_SQL
 from dataflow_core.spark.platform.tables import read_table
-from dataflow_core.spark.sinks.batches import BatchRecord
+from dataflow_core.spark.sinks.batch_records import BatchRecord
 from dataflow_core.spark.sinks.pipeline_lock import input_key
 from dataflow_core.spark.sinks.live_state import due, read_states, state_table, write_state
 from dataflow_core.spark.sinks.panes import write_panes

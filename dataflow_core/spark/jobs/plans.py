@@ -31,7 +31,8 @@ from dataflow_core.errors import DataflowError, first_line
 from dataflow_core.model.time import format_instant, parse_instant
 from dataflow_core.pipelines import PipelineSpec, get, layout
 from dataflow_core.spark.input.rows import EventRange
-from dataflow_core.spark.sinks.batches import LoggedBatch, read_log
+from dataflow_core.spark.sinks.batch_records import LoggedBatch
+from dataflow_core.spark.sinks.batches import read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans
 from dataflow_core.spark.sinks.pipeline_lock import (
     BACKFILL_LOCK_HOLDER, PipelineLock, lock_holder_gone, release, take_lock,

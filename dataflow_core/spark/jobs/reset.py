@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Callable
 from dataflow_core.errors import PipelineBusy, first_line
 from dataflow_core.pipelines import PipelineSpec, get
 from dataflow_core.spark.platform.tables import drop_path, drop_table
-from dataflow_core.spark.sinks.batches import MICROBATCH, checkpoint_path, mark_reset, records
+from dataflow_core.spark.sinks.batch_records import MICROBATCH
+from dataflow_core.spark.sinks.batches import checkpoint_path, mark_reset, records
 from dataflow_core.spark.sinks.corrections_plan import plan_table
 from dataflow_core.spark.sinks.lock_holders import Heartbeat, forget_beat
 from dataflow_core.spark.sinks.pipeline_lock import take_lock

@@ -28,9 +28,8 @@ from dataflow_core.spark.input.rows import REASON
 from dataflow_core.spark.platform.cache import persist_uncompressed
 from dataflow_core.spark.platform.delta import Txn
 from dataflow_core.spark.platform.tables import read_table, table_exists, table_path
-from dataflow_core.spark.sinks.batches import (
-    MICROBATCH, RESET, SKIP, BatchRecord, LoggedBatch, append_record, records,
-)
+from dataflow_core.spark.sinks.batch_records import MICROBATCH, RESET, SKIP, BatchRecord, LoggedBatch
+from dataflow_core.spark.sinks.batches import append_record, records
 from dataflow_core.spark.sinks.live_state import state_table
 from dataflow_core.spark.sinks.panes import panes_table
 from dataflow_core.spark.sinks.quarantine import quarantine_table, write_quarantine

@@ -36,9 +36,10 @@ from dataflow_core.errors import DataflowError, PipelineBusy, PipelineStuck, fir
 from dataflow_core.model.time import Instant, format_instant
 from dataflow_core.pipelines import PipelineSpec, StageSpec
 from dataflow_core.spark.platform.delta import create_table, table_version
-from dataflow_core.spark.sinks.batches import (
-    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, LoggedBatch, append_record, claim, next_batch, read_log,
+from dataflow_core.spark.sinks.batch_records import (
+    BATCHES_SCHEMA, BATCHES_TABLE, MICROBATCH, BatchRecord, LoggedBatch,
 )
+from dataflow_core.spark.sinks.batches import append_record, claim, next_batch, read_log
 from dataflow_core.spark.sinks.corrections_plan import forget_run_plans, plan_table
 from dataflow_core.spark.sinks.lock_holders import Owner, beat, forget_beat, gone, last_beat, this_owner
 from dataflow_core.spark.sinks.live_state import state_table
