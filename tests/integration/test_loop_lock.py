@@ -89,6 +89,38 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def test_a_heartbeat_read_while_its_run_rewrites_it_reads_a_whole_beat(spark, tmp_path):
+    """A heartbeat is replaced in place every few seconds while other commands read it (is
+    the locking run still there?). On a local folder Hadoop replaces the file and then its
+    checksum, so a read in between used to fail with a ChecksumException, which failed the
+    reading command (a micro-batch tried while a backfill had the pipeline locked). Here a
+    thread rewrites a beat as fast as it can while this one reads it: every read is a whole
+    beat of the owner."""
+    from dataflow_core.spark.sinks.lock_holders import last_beat
+
+    name = f"t_beat_{time.time_ns() % 10**6}"
+    owner = Owner(host="h", pid=1, started="s", since=time.time())
+    stop, writes = threading.Event(), [0]
+    with in_warehouse(spark, tmp_path / "wh"):
+        beat(spark, name, "backfill-x", owner)
+
+        def rewrite() -> None:
+            while not stop.is_set():
+                write_text(spark, heartbeat_path(spark, name, "backfill-x"),
+                           json.dumps({"owner": owner.as_dict(), "at": time.time(), "pad": "x" * (writes[0] % 500)}))
+                writes[0] += 1
+
+        writer = threading.Thread(target=rewrite, daemon=True)
+        writer.start()
+        try:
+            beats = [last_beat(spark, name, "backfill-x") for _ in range(300)]
+        finally:
+            stop.set()
+            writer.join()
+    assert writes[0] > 50, "the writer kept rewriting while the reads ran"
+    assert all(who == owner and at for who, at in beats), beats[:5]
+
+
 def test_a_silent_holder_is_taken_over_and_stops_at_its_next_check(spark, tmp_path):
     """A holder alive but silent (no heartbeat: stopped, paused) for longer than the timeout
     lapses; the next taker takes the lock over and the holder's next check says so. (Its

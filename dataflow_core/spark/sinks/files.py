@@ -13,6 +13,7 @@ a local disk, and S3A makes it conditional only through the builder the log stor
 
 from __future__ import annotations
 
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from dataflow_core.spark.platform.tables import jvm_class
@@ -22,13 +23,21 @@ if TYPE_CHECKING:
 
 
 def write_text(spark: "SparkSession", where: str, text: str) -> None:
-    """File `where` (a warehouse path: a folder or object storage) holding `text`, replaced whole."""
+    """File `where` (a warehouse path: a folder or object storage) holding `text`, replaced
+    whole: a reader finds the old text or the new, never no file or half of one. An object
+    store's PUT replaces an object at once; on a folder, where Hadoop's create would delete
+    the file first, the text is written beside it and renamed over it."""
     fs, path = _fs(spark, where)
-    out = fs.create(path, True)
+    local = str(fs.getScheme()) == "file"
+    target = jvm_class(spark, "org.apache.hadoop.fs.Path")(f"{where}.{uuid.uuid4().hex}.tmp") if local else path
+    out = fs.create(target, True)
     try:
         out.write(bytearray(text.encode()))
     finally:
         out.close()
+    if local and not fs.rename(target, path):
+        fs.delete(target, False)
+        raise OSError(f"could not replace {where} (rename of {target} refused)")
 
 
 def create_exclusive(spark: "SparkSession", where: str, text: str) -> bool:
@@ -49,21 +58,33 @@ def create_exclusive(spark: "SparkSession", where: str, text: str) -> bool:
     return True
 
 
+READ_ATTEMPTS = 5
+"""Reads of a file that a writer is replacing (`write_text`): on a local folder Hadoop
+replaces the file and its checksum one after the other, so a read between the two fails its
+checksum; the next read finds both whole."""
+
+
 def read_text(spark: "SparkSession", where: str) -> str | None:
-    """What file `where` holds (None: there is no such file)."""
+    """What file `where` holds (None: there is no such file), read again if a replacing
+    write was caught halfway (READ_ATTEMPTS)."""
     fs, path = _fs(spark, where)
-    if not fs.exists(path):
-        return None
-    try:
-        stream = fs.open(path)
-    except Exception as exc:  # deleted since: its writer let go
-        if "FileNotFound" in str(exc):
+    for attempt in range(READ_ATTEMPTS):
+        if not fs.exists(path):
             return None
-        raise
-    try:
-        return jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
-    finally:
-        stream.close()
+        try:
+            stream = fs.open(path)
+        except Exception as exc:  # deleted since: its writer let go
+            if "FileNotFound" in str(exc):
+                return None
+            raise
+        try:
+            return jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
+        except Exception as exc:  # noqa: BLE001 - py4j's error: the Java exception's class says which
+            if "ChecksumException" not in _java_class(exc) or attempt == READ_ATTEMPTS - 1:
+                raise
+        finally:
+            stream.close()
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
 def delete_file(spark: "SparkSession", where: str) -> None:
