@@ -14,6 +14,7 @@ from dataflow_core.model.watermarks import HeuristicWatermark
 from dataflow_core.model.windows import FixedWindows
 from dataflow_core.pipelines import PipelineSpec, StageSpec, layout, register
 from dataflow_core.spark.platform.tables import table_path, write_table
+from tests.integration.test_microbatch import in_warehouse
 
 _names = itertools.count()
 
@@ -33,7 +34,14 @@ def _operations(spark, table: str) -> list[str]:
     return [r["operation"] for r in DeltaTable.forPath(spark, table_path(spark, table)).history().collect()]
 
 
-def test_maintaining_a_pipeline_touches_none_of_a_pipeline_named_with_its_name_as_prefix(spark, monkeypatch):
+def test_maintaining_a_pipeline_touches_none_of_a_pipeline_named_with_its_name_as_prefix(spark, monkeypatch, tmp_path):
+    """In a warehouse of its own: maintenance also compacts the warehouse's shared tables
+    (`layout.SHARED`), which in the worker's warehouse hold every earlier test's runs."""
+    with in_warehouse(spark, tmp_path / "wh"):
+        _maintain_one_of_two(spark, monkeypatch)
+
+
+def _maintain_one_of_two(spark, monkeypatch) -> None:
     from dataflow_core.airflow.maintenance import maintain
 
     base = f"t_maint_{next(_names)}"
