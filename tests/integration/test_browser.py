@@ -415,7 +415,7 @@ def _wait_for(ui, token: str, run: str, done) -> dict[str, str]:
             if t["map_index"] == -1}
         if done(states) or "failed" in states.values() or time.monotonic() > deadline:
             return states
-        time.sleep(5)
+        time.sleep(1)  # a state change is seen within a second; one request is cheap beside a task
 
 
 def _billing_results(spark) -> dict[tuple, int]:
