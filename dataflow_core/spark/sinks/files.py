@@ -68,23 +68,28 @@ def read_text(spark: "SparkSession", where: str) -> str | None:
     """What file `where` holds (None: there is no such file), read again if a replacing
     write was caught halfway (READ_ATTEMPTS)."""
     fs, path = _fs(spark, where)
-    for attempt in range(READ_ATTEMPTS):
-        if not fs.exists(path):
-            return None
+    for attempt in range(1, READ_ATTEMPTS + 1):
         try:
-            stream = fs.open(path)
-        except Exception as exc:  # deleted since: its writer let go
-            if "FileNotFound" in str(exc):
-                return None
-            raise
-        try:
-            return jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
+            return _read_once(spark, fs, path)
         except Exception as exc:  # noqa: BLE001 - py4j's error: the Java exception's class says which
-            if "ChecksumException" not in _java_class(exc) or attempt == READ_ATTEMPTS - 1:
+            if attempt == READ_ATTEMPTS or "ChecksumException" not in _java_class(exc):
                 raise
-        finally:
-            stream.close()
     raise AssertionError("unreachable: the last attempt returns or raises")
+
+
+def _read_once(spark: "SparkSession", fs: Any, path: Any) -> str | None:
+    if not fs.exists(path):
+        return None
+    try:
+        stream = fs.open(path)
+    except Exception as exc:  # deleted since: its writer let go
+        if "FileNotFound" in str(exc):
+            return None
+        raise
+    try:
+        return jvm_class(spark, "org.apache.commons.io.IOUtils").toString(stream, "UTF-8")
+    finally:
+        stream.close()
 
 
 def delete_file(spark: "SparkSession", where: str) -> None:
