@@ -42,7 +42,7 @@ def test_maintaining_a_pipeline_touches_none_of_a_pipeline_named_with_its_name_a
 
 
 def _maintain_one_of_two(spark, monkeypatch) -> None:
-    from dataflow_core.airflow.maintenance import maintain
+    from dataflow_core.airflow.maintenance import maintain_in
 
     base = f"t_maint_{next(_names)}"
     ours, theirs = _pipeline(base), _pipeline(f"{base}_eu")  # stages `<base>` and `<base>_eu`
@@ -50,7 +50,9 @@ def _maintain_one_of_two(spark, monkeypatch) -> None:
         for table in [t for t in layout.pipeline_tables(spec) if t != layout.seen_ids(spec)] + [spec.input_table]:
             write_table(spark, spark.range(2).repartition(2), table, mode="append")  # two files: something to compact
     monkeypatch.setenv("DATAFLOW_VACUUM_RETENTION_HOURS", "0")
-    done = maintain(ours.name, say=lambda _m: None)
+    # the test's own session (`maintain` would take the process's active one, which an earlier
+    # test in this worker may have left on another session, and so another warehouse)
+    done = maintain_in(spark, ours.name, lambda _m: None, None)
     mine = {t for t in layout.pipeline_tables(ours) if t != layout.seen_ids(ours)}
     assert set(done["tables"]) - set(layout.SHARED) == mine
     assert all(t.startswith(f"{base}_") or t == base for t in mine)

@@ -26,9 +26,8 @@ def write_text(spark: "SparkSession", where: str, text: str) -> None:
     """File `where` (a warehouse path: a folder or object storage) holding `text`, replaced
     whole: a reader finds the old text or the new, never no file or half of one. An object
     store's PUT replaces an object at once; on a folder, where Hadoop's create would delete
-    the file first, the text is written beside it and renamed over it."""
-    fs, path = _fs(spark, where)
-    local = str(fs.getScheme()) == "file"
+    the file first, the text is written beside it and renamed over it (`_plain_fs`)."""
+    fs, path, local = _plain_fs(spark, where)
     target = jvm_class(spark, "org.apache.hadoop.fs.Path")(f"{where}.{uuid.uuid4().hex}.tmp") if local else path
     out = fs.create(target, True)
     try:
@@ -58,26 +57,9 @@ def create_exclusive(spark: "SparkSession", where: str, text: str) -> bool:
     return True
 
 
-READ_ATTEMPTS = 5
-"""Reads of a file that a writer is replacing (`write_text`): on a local folder Hadoop
-replaces the file and its checksum one after the other, so a read between the two fails its
-checksum; the next read finds both whole."""
-
-
 def read_text(spark: "SparkSession", where: str) -> str | None:
-    """What file `where` holds (None: there is no such file), read again if a replacing
-    write was caught halfway (READ_ATTEMPTS)."""
-    fs, path = _fs(spark, where)
-    for attempt in range(1, READ_ATTEMPTS + 1):
-        try:
-            return _read_once(spark, fs, path)
-        except Exception as exc:  # noqa: BLE001 - py4j's error: the Java exception's class says which
-            if attempt == READ_ATTEMPTS or "ChecksumException" not in _java_class(exc):
-                raise
-    raise AssertionError("unreachable: the last attempt returns or raises")
-
-
-def _read_once(spark: "SparkSession", fs: Any, path: Any) -> str | None:
+    """What file `where` holds (None: there is no such file)."""
+    fs, path, _local = _plain_fs(spark, where)
     if not fs.exists(path):
         return None
     try:
@@ -121,3 +103,16 @@ def _java_class(exc: BaseException) -> str:
 def _fs(spark: "SparkSession", where: str):
     path = jvm_class(spark, "org.apache.hadoop.fs.Path")(where)
     return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def _plain_fs(spark: "SparkSession", where: str) -> tuple[Any, Any, bool]:
+    """`_fs` without Hadoop's checksum layer on a local folder. That layer keeps a `.crc` file
+    beside each file and renames the two one after the other, so a reader of a file being
+    replaced (a heartbeat, rewritten every few seconds) could meet the new text with the old
+    checksum and fail; a plain rename replaces the file at once, and an open file is read
+    whole whatever replaces it. The texts here are JSON lines, checked by their readers. Also
+    says whether `where` is on a local folder."""
+    fs, path = _fs(spark, where)
+    if str(fs.getScheme()) == "file":  # Hadoop's LocalFileSystem, or the product's (`platform.localfs`)
+        return fs.getRawFileSystem(), path, True
+    return fs, path, False
