@@ -7,7 +7,8 @@
 #                 driver JVM's class-data archive in .cache/jvm-archive/ (a minute, once; every
 #                 driver maps it instead of loading Spark's classes: docs/setup.md;
 #                 idempotent; re-installs when a lock changes)
-#   make test   - setup, then the whole pytest suite (tests/): the pure model tests while the
+#   make test   - setup, ruff's lint (pyproject.toml's [tool.ruff]: undefined names, unused
+#                 imports), then the whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
 #                 if it is missing and apt-get can (scripts/ensure-chromium.sh)
@@ -119,7 +120,10 @@ $(VENV)/.ready: $(DEPS_STAMP)
 # integration tests on the workers. Each session may find nothing to run (PYTEST_ARGS
 # chose tests of one kind), not both. Each prints its slowest steps, the integration
 # session 40 of them (a --durations in PYTEST_ARGS wins).
+LINTED := dataflow_core dags tests benchmarks scripts
+
 test: setup
+	@$(PY) -m ruff check --quiet $(LINTED) || { echo "make test: FAILED - ruff found the problems above (pyproject.toml's [tool.ruff] says which checks)" >&2; exit 1; }
 	@scripts/ensure-chromium.sh
 	@mkdir -p .cache; $(PY) -m tests.jvm_archive > .cache/jvm-archive.out 2>&1 & archive=$$!; \
 	$(PY) -m pytest -m "not integration" --durations=15 $(PYTEST_ARGS) tests/; pure=$$?; \

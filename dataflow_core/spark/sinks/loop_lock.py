@@ -137,7 +137,7 @@ class LoopLock(Heartbeat):
         if held == self.me:
             return
         self.lost.set()
-        how = (f"deleted (a `dataflow reset` took it over, or its file was removed)" if held is None
+        how = ("deleted (a `dataflow reset` took it over, or its file was removed)" if held is None
                else f"taken over by {held.describe(self.spark, self.pipeline)}")
         raise LockLost(
             f"pipeline {self.pipeline!r}: this `dataflow {self.me.command}` ({self.me.owner.describe()}) lost its lock, "
