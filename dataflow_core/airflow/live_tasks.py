@@ -8,7 +8,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from dataflow_core.airflow.tasks import Say, checked, ledger_counts, log, log_info, spark_session, written_per_stage
+from dataflow_core.airflow.tasks import (
+    Say, checked, ledger_counts, log, log_info, shown_counts, spark_session, written_per_stage,
+)
 from dataflow_core.errors import DataflowError
 from dataflow_core.pipelines import layout
 
@@ -40,7 +42,7 @@ def microbatch(pipeline: str, say: Say = log_info) -> dict[str, Any]:
         raise Busy(str(exc)) from None
     batches = [b for b in finished_batches(pipeline) if b not in before]
     ledger = ledger_counts(result.ledger)
-    say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k} {v:,}" for k, v in ledger.items()))
+    say(f"micro-batch {result.run_id} of {pipeline}: " + ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in shown_counts(ledger).items()))
     if not result.ledger_ok:
         raise DataflowError(f"micro-batch {result.run_id} of {pipeline}: the ledger does not balance: {result.ledger}")
     # The pane log names a micro-batch's panes by the batch (`batch-N`), not by the run id.

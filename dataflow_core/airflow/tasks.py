@@ -21,10 +21,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
 from dataflow_core.errors import DataflowError
+from dataflow_core.spark.sinks.runs import CHANGE_COUNTS, COUNTS as LEDGER_KEYS
 
 Say = Callable[[str], None]
-LEDGER_KEYS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late",
-               "panes", "retractions", "corrected_windows")
 
 
 log = logging.getLogger("dataflow")
@@ -38,6 +37,12 @@ def log_info(message: str) -> None:
 def ledger_counts(ledger: Mapping[str, Any]) -> dict[str, int]:
     """A run's ledger as the tasks hand it on (XCom): its counts, as integers."""
     return {k: int(ledger.get(k, 0)) for k in LEDGER_KEYS}
+
+
+def shown_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """The counts a log line shows: the change feed's only where there were changes (a run
+    that reads no change feed has none, and ten zeros would hide what it did)."""
+    return {k: v for k, v in counts.items() if v or k not in CHANGE_COUNTS}
 
 
 # JVM / log4j lines: "26/11/24 09:36:23 WARN MapPartitionsRDD: ..." and the JVM's own
@@ -311,8 +316,8 @@ def summarize(plan: Mapping[str, Any], days: Iterable[Mapping[str, Any] | None],
     for d in rows:
         say(f"  {d['day']}  {d['run_id'][:22]:<22}  " + " ".join(f"{d['ledger'].get(k, 0):>11,}" for k in per_day))
     say("ledger (all days):")
-    for key in LEDGER_KEYS:
-        say(f"  {key.replace('_', ' '):<{width}}  {total[key]:>12,}")
+    for key, count in shown_counts(total).items():
+        say(f"  {key.replace('_', ' '):<{width}}  {count:>12,}")
     say(f"  read = accepted + duplicates + quarantined: {total['read']:,} = {total['accepted']:,} + "
         f"{total['duplicates']:,} + {total['quarantined']:,}  {'OK' if balanced else 'MISMATCH'}")
     docs = (gates or {}).get("data_docs") or (input_gate or {}).get("data_docs")

@@ -64,9 +64,11 @@ def current_runs_sql(pipeline: str | None = None, status: str | None = None) -> 
     )
 
 
-_COUNTS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions",
-           "corrected_windows", "inserts", "deletes", "updates", "withdrawn", "retracted", "deletes_never_counted",
-           "left_for_backfill")
+CHANGE_COUNTS = ("inserts", "deletes", "updates", "withdrawn", "retracted", "deletes_never_counted", "left_for_backfill")
+"""The counts of a micro-batch that reads the input's change data feed (zero for every other run)."""
+COUNTS = ("read", "accepted", "duplicates", "quarantined", "aggregated", "dropped_late", "panes", "retractions",
+          "corrected_windows", *CHANGE_COUNTS)
+"""Every count of a `Ledger`, as runs record it and Airflow's tasks hand it on."""
 
 
 @dataclass
@@ -105,7 +107,7 @@ class Ledger:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        d = {k: getattr(self, k) for k in _COUNTS}
+        d = {k: getattr(self, k) for k in COUNTS}
         d["balanced"] = self.balanced
         d["per_stage"] = self.per_stage
         return d
@@ -129,7 +131,7 @@ class Ledger:
 
     def plus(self, other: "Ledger") -> "Ledger":
         """The ledger of both runs (or batches) together."""
-        total = Ledger(**{k: getattr(self, k) + getattr(other, k) for k in _COUNTS})
+        total = Ledger(**{k: getattr(self, k) + getattr(other, k) for k in COUNTS})
         for ledger in (self, other):
             for stage, counts in ledger.per_stage.items():
                 agg = total.per_stage.setdefault(stage, {"panes": 0, "retractions": 0, "corrected_windows": 0})
