@@ -8,7 +8,8 @@
 #                 driver maps it instead of loading Spark's classes: docs/setup.md;
 #                 idempotent; re-installs when a lock changes)
 #   make test   - setup, ruff's lint (pyproject.toml's [tool.ruff]: undefined names, unused
-#                 imports), then the whole pytest suite (tests/): the pure model tests while the
+#                 imports), mypy on the core ([tool.mypy], beside the pure tests), then the
+#                 whole pytest suite (tests/): the pure model tests while the
 #                 suite's JVM class archive is built if it is missing (tests/jvm_archive.py),
 #                 then the integration tests; installs Debian's chromium for the browser test
 #                 if it is missing and apt-get can (scripts/ensure-chromium.sh)
@@ -126,8 +127,10 @@ test: setup
 	@$(PY) -m ruff check --quiet $(LINTED) || { echo "make test: FAILED - ruff found the problems above (pyproject.toml's [tool.ruff] says which checks)" >&2; exit 1; }
 	@scripts/ensure-chromium.sh
 	@mkdir -p .cache; $(PY) -m tests.jvm_archive > .cache/jvm-archive.out 2>&1 & archive=$$!; \
+	$(PY) -m mypy --cache-dir .cache/mypy > .cache/mypy.out 2>&1 & typed=$$!; \
 	$(PY) -m pytest -m "not integration" --durations=15 $(PYTEST_ARGS) tests/; pure=$$?; \
 	wait $$archive; cat .cache/jvm-archive.out; \
+	if ! wait $$typed; then cat .cache/mypy.out; echo "make test: FAILED - mypy found the type errors above (pyproject.toml's [tool.mypy] says what it checks)" >&2; exit 1; fi; \
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --no-loadscope-reorder --durations=40 -m integration $(PYTEST_ARGS) tests/; rc=$$?; \
 	if [ $$pure -eq 5 ] && [ $$rc -eq 5 ]; then echo "make test: FAILED - pytest collected no tests in tests/" >&2; exit 1; fi; \
 	[ $$pure -eq 5 ] && pure=0; [ $$rc -eq 5 ] && rc=0; \

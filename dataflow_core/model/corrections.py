@@ -111,7 +111,7 @@ def correct(
     later input carries on from the corrected figures."""
     s = ks.strategy
     keep = elements is not None
-    rebuilt = rebuild_windows(ks.key, s, elements) if keep and s.accumulation.accumulates else {}
+    rebuilt = rebuild_windows(ks.key, s, elements) if elements is not None and s.accumulation.accumulates else {}
     empty = s.combiner.empty_output()
     into = merged_into(corrections) if s.window_fn.is_merging else {}
     out = Corrected()

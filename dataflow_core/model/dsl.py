@@ -42,6 +42,7 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
         if not m or m.end() == pos:
             raise ExpressionError(f"unexpected {text[pos:].strip()[:20]!r} at column {pos + 1} in {text!r}")
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKEN is a named group
         tokens.append((kind, m.group(kind)))
         pos = m.end()
     return tokens
@@ -67,7 +68,7 @@ class _Parser:
     def parse(self) -> Any:
         value = self.value()
         if self.peek() is not None:
-            raise ExpressionError(f"unexpected {self.peek()[1]!r} after the expression in {self.text!r}")
+            raise ExpressionError(f"unexpected {self.tokens[self.i][1]!r} after the expression in {self.text!r}")
         return value
 
     def value(self) -> Any:
@@ -88,7 +89,7 @@ class _Parser:
         args: list[Any] = []
         kwargs: list[tuple[str, Any]] = []
         while self.peek() != ("sym", ")"):
-            if self.peek() and self.peek()[0] == "name" and self.tokens[self.i + 1 : self.i + 2] == [("sym", "=")]:
+            if (tok := self.peek()) and tok[0] == "name" and self.tokens[self.i + 1 : self.i + 2] == [("sym", "=")]:
                 key = self.take("name")
                 self.take("sym", "=")
                 kwargs.append((key, self.value()))

@@ -28,7 +28,7 @@ class Combined(NamedTuple):
 
     window: Window
     acc: Any
-    count: int
+    count: int  # type: ignore[assignment]  # how many values, not tuple.count
     earliest: Instant
     latest: Instant
     retraction: bool = False

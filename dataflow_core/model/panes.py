@@ -22,7 +22,7 @@ def _frozen(cls: type, **fields: Any) -> Any:
     """An instance of frozen dataclass `cls` from all of its fields, set directly: its
     `__init__` sets each through `object.__setattr__`, several times slower, and a replay
     describes every pane. The same object in every respect (fields, equality, hash)."""
-    obj = _new(cls)
+    obj: Any = _new(cls)
     obj.__dict__.update(fields)
     return obj
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from decimal import Decimal
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from dataflow_core.model.pane_codec import pane_from_row, pane_to_row, window_bounds, window_of
 from dataflow_core.model.panes import OnTime
@@ -37,6 +37,9 @@ class KeyState(Protocol):
 
     def restore_window(self, ws: WindowState) -> None: ...
 
+
+K = TypeVar("K", bound=KeyState)
+"""A key's window set of any runner: decoding fills the one it is given."""
 
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -80,12 +83,12 @@ def encode_key_state(ks: "KeyState") -> dict | None:
     }
 
 
-_WINDOW_DEFAULTS = {"pending": 0, "ts_min": None, "ts_max": None, "next_index": 0, "next_on_time_index": 0,
+_WINDOW_DEFAULTS: dict[str, Any] = {"pending": 0, "ts_min": None, "ts_max": None, "next_index": 0, "next_on_time_index": 0,
                     "standing": None, "absorbed": [], "ended": False, "merged_away": []}
 """A version 2 window's fields that are left out at these values (`WindowState`'s defaults)."""
 
 
-def decode_key_state(ks: "KeyState", data: dict | None) -> "KeyState":
+def decode_key_state(ks: "K", data: dict | None) -> "K":
     if data is None:
         return ks
     version = data.get("version") if isinstance(data, dict) else None

@@ -264,7 +264,7 @@ class AfterWatermark(Trigger):
 
     def on_fire(self, state, ctx):
         if state.data.get("late"):
-            self._late.on_fire(state.children[self._late_at], ctx)  # type: ignore[union-attr]
+            self._late.on_fire(state.children[self._late_at], ctx)
         elif ctx.watermark >= ctx.window.end:
             state.data["late"] = True
             if self._early is not None:  # drop the early phase and its pending timers
@@ -272,7 +272,7 @@ class AfterWatermark(Trigger):
             if self._late is None:
                 state.finished = True
         else:
-            self._early.on_fire(state.children[0], ctx)  # type: ignore[union-attr]
+            self._early.on_fire(state.children[0], ctx)
 
     def describe(self):
         args = []

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from typing import Any, Iterable
+from typing import Any, Iterable, Self
 
 from dataflow_core.model.time import END_OF_TIME, Duration, Instant
 from dataflow_core.model.window_state import WindowState
@@ -85,7 +85,7 @@ class WindowMap(dict):  # dict[Window, WindowState]
         for w, ws in dict(*args, **kwargs).items():
             self[w] = ws
 
-    def __ior__(self, other: Any) -> "WindowMap":
+    def __ior__(self, other: Any) -> Self:  # type: ignore[misc]  # in place, as dict's; `|` stays dict's
         self.update(other)
         return self
 

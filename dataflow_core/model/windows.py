@@ -37,7 +37,7 @@ class IntervalWindow(Window):
     def intersects(self, other: "IntervalWindow") -> bool:
         return self.start < other.end and other.start < self.end
 
-    def span(self, other: "IntervalWindow") -> "IntervalWindow":
+    def span(self, other: Window) -> "IntervalWindow":
         return IntervalWindow(min(self.start, other.start), max(self.end, other.end))
 
 

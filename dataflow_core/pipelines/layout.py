@@ -24,7 +24,8 @@ from typing import Protocol, Sequence
 class StageSpec(Protocol):
     """What names a stage's tables (`pipelines.spec.StageSpec` has it): its output."""
 
-    output: str
+    @property
+    def output(self) -> str: ...
 
 
 class PipelineSpec(Protocol):

@@ -58,7 +58,7 @@ def _checkpoint_metadata(log: Path) -> tuple[int, dict | None]:
 
 
 def _type_name(t: object) -> str:
-    return t if isinstance(t, str) else str(t.get("type", "struct"))  # type: ignore[union-attr]
+    return t if isinstance(t, str) else str(t.get("type", "struct")) if isinstance(t, dict) else str(t)
 
 
 _TOKENS = re.compile(r"`([^`]+)`|'(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|([A-Za-z_][A-Za-z0-9_]*)(\s*\()?|(\.)")

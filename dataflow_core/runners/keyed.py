@@ -43,7 +43,7 @@ class Arrival(NamedTuple):
     combined: tuple[Combined, ...] = ()
 
     @property
-    def count(self) -> int:
+    def count(self) -> int:  # type: ignore[override]  # how many elements, not tuple.count
         return len(self.elements) + sum(p.count for p in self.combined)
 
     @property
@@ -311,6 +311,7 @@ def run_stage(
         spans += r.holds
         elements += r.elements
         dropped_elements += r.dropped_elements
+        assert r.state is not None  # run_key always ends with the key's state
         states[key] = r.state
     return StageRun(panes, schedule, elements, dropped_elements, states), spans
 

@@ -158,6 +158,7 @@ class ReferencePipelineRunner:
         if i + 1 == len(self.stages):
             return
         down, mapper = self.stages[i + 1], self.pipeline.stages[i + 1].from_upstream
+        assert mapper is not None  # every stage after the first maps its upstream's panes
         up = self.stages[i]
         if down.processing_time < up.processing_time:
             self._emit(i + 1, down.advance_processing_time(up.processing_time))

@@ -141,7 +141,7 @@ class CombineFn(ABC, Generic[Acc]):
         return acc
 
     def decode_accumulator(self, data: Any) -> Acc:
-        return data  # type: ignore[return-value]
+        return data
 
     def add_inputs(self, acc: Acc, values: Iterable[Any]) -> Acc:
         for v in values:
