@@ -172,4 +172,4 @@ def _panel(ax: Any, panel: int, key: Hashable, history: History, scale: Scale, t
     frame_panel(ax, panel, key, scale)
     draw_panes(ax, key, history, scale, titles)
     draw_watermark(ax, panel, history, scale, titles)
-    draw_elements(ax, key, history, scale, titles)
+    draw_elements(ax, panel, key, history, scale, titles)

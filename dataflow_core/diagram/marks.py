@@ -31,7 +31,14 @@ OTHER_ELEMENT_STYLES = {
     "quarantined": {"marker": "x", "markersize": 6, "markeredgecolor": "#7a4f9a", "markeredgewidth": 1.4},
 }
 LABEL_LIMIT = 150  # above this many elements in a panel, dots are drawn without their values
+DENSITY_LIMIT = 400
+"""Above this many elements in a panel, a dot each would bury the watermark and the panes'
+edges: the elements are drawn as a density instead (`_draw_density`), every count exact."""
+DENSITY_CELLS = (60, 36)  # columns (event time) and rows (processing time) of a panel's density grid
 
+# Layers, bottom to top: pane bands (1), an element density (2), retractions (3), pane edges (4),
+# the watermark (5), element dots (7) and their values (8), and the panes' and the watermark's
+# value labels (9), which no dot covers.
 _LABEL_BOX = {"boxstyle": "square,pad=0.08", "facecolor": "white", "edgecolor": "none", "alpha": 0.8}
 
 Titles = dict[str, str]  # SVG id -> tooltip
@@ -103,7 +110,7 @@ def _draw_pane(ax: Any, i: int, pane: Pane, bottom: Instant, scale: Scale, heigh
     edge.set_gid(f"pane-edge-{i}")
     label = ax.text(
         right - 0.01 * (right - left), heights.place(pane.window, False, top), value_text(pane.value),
-        ha="right", va="bottom", fontsize=9, fontweight="bold", color=colour, zorder=6, bbox=_LABEL_BOX,
+        ha="right", va="bottom", fontsize=9, fontweight="bold", color=colour, zorder=9, bbox=_LABEL_BOX,
     )
     label.set_gid(f"label-pane-{i}")
 
@@ -125,7 +132,7 @@ def _draw_retraction(ax: Any, i: int, pane: Pane, scale: Scale, heights: _LabelH
     ax.add_patch(rect)
     label = ax.text(
         left + 0.01 * (right - left), heights.place(pane.window, True, top), "\u2212" + value_text(pane.value),
-        ha="left", va="bottom", fontsize=8, color=RETRACTION_COLOUR, fontstyle="italic", zorder=6,
+        ha="left", va="bottom", fontsize=8, color=RETRACTION_COLOUR, fontstyle="italic", zorder=9,
         bbox=_LABEL_BOX,
     )
     label.set_gid(f"label-retraction-{i}")
@@ -165,22 +172,24 @@ def _label_watermark_off_range(ax: Any, panel: int, n: int, step: WatermarkStep,
     note = ax.text(scale.x(step.watermark), scale.y(step.processing_time),
                    f"watermark {moment} \u2192 " if beyond else f" \u2190 watermark {moment}",
                    ha="right" if beyond else "left", va="bottom", fontsize=7, color=WATERMARK_COLOUR,
-                   zorder=6, bbox=_LABEL_BOX)
+                   zorder=9, bbox=_LABEL_BOX)
     note.set_gid(f"label-watermark-{panel}-{n}")
 
 
 # --- elements ---------------------------------------------------------------------------
 
 
-def draw_elements(ax: Any, key: Hashable, history: History, scale: Scale, titles: Titles) -> None:
+def draw_elements(ax: Any, panel: int, key: Hashable, history: History, scale: Scale, titles: Titles) -> None:
     """Dots at (event time, arrival) with their values; a dot behind the watermark when it
     arrived is late. Past `LABEL_LIMIT` dots the values would be unreadable, so only tooltips
-    carry them."""
+    carry them; past `DENSITY_LIMIT` the panel shows their density."""
     mine = [(i, e) for i, e in enumerate(history.elements) if e.key == key]
+    if len(mine) > DENSITY_LIMIT:
+        _draw_density(ax, panel, [e for _, e in mine], history, scale, titles)
+        return
     labelled = len(mine) <= LABEL_LIMIT and any(e.value is not None for _, e in mine)
     for i, e in mine:
-        wm = history.watermark_at(e.arrival)
-        late = e.kind == "accepted" and wm is not None and e.event_time < wm
+        late = _behind_watermark(history, e)
         x, y = scale.x(e.event_time), scale.y(e.arrival)
         dot = ax.plot([x], [y], linestyle="none", zorder=7, **_element_style(e, labelled, late))[0]
         dot.set_gid(f"element-{i}")
@@ -188,6 +197,56 @@ def draw_elements(ax: Any, key: Hashable, history: History, scale: Scale, titles
         if labelled and e.value is not None:
             text = ax.text(x, y, value_text(e.value, 4), ha="center", va="center", fontsize=7, zorder=8)
             text.set_gid(f"label-element-{i}")
+
+
+def _behind_watermark(history: History, e: ElementRecord) -> bool:
+    """Whether an aggregated element arrived behind the watermark (a late one)."""
+    wm = history.watermark_at(e.arrival)
+    return e.kind == "accepted" and wm is not None and e.event_time < wm
+
+
+def _draw_density(ax: Any, panel: int, elements: list[ElementRecord], history: History, scale: Scale,
+                  titles: Titles) -> None:
+    """The panel's elements counted in a grid of cells (`DENSITY_CELLS`, in plot coordinates,
+    so a compressed stretch of processing time is compressed here too), each cell shaded by
+    its count, red-rimmed when some of its elements arrived behind the watermark, and below
+    the panes' edges and the watermark, which stay readable over it. A cell's tooltip holds
+    its exact counts, kind by kind; a note in the panel says how many elements it shows."""
+    from matplotlib.patches import Rectangle
+
+    columns, rows = DENSITY_CELLS
+    x_lo, x_hi = ax.get_xlim()
+    y_lo, y_hi = ax.get_ylim()
+    width, height = (x_hi - x_lo) / columns, (y_hi - y_lo) / rows
+    cells: dict[tuple[int, int], list[ElementRecord]] = {}
+    for e in elements:
+        col = min(max(int((scale.x(e.event_time) - x_lo) / width), 0), columns - 1)
+        row = min(max(int((scale.y(e.arrival) - y_lo) / height), 0), rows - 1)
+        cells.setdefault((col, row), []).append(e)
+    most = max(len(members) for members in cells.values())
+    for n, ((col, row), members) in enumerate(sorted(cells.items())):
+        late = sum(_behind_watermark(history, e) for e in members)
+        shade = 0.15 + 0.7 * len(members) / most
+        cell = ax.add_patch(Rectangle(
+            (x_lo + col * width, y_lo + row * height), width, height, facecolor="#222222", alpha=shade,
+            edgecolor=LATE_ELEMENT_COLOUR if late else "none", linewidth=1.0, zorder=2))
+        cell.set_gid(f"elements-{panel}-{n}")
+        titles[f"elements-{panel}-{n}"] = _cell_title(members, late)
+    note = ax.text(0.01, 0.99, f"{len(elements):,} elements, drawn as their density (darker: more; "
+                   "red rim: some behind the watermark; hover a cell for its counts)",
+                   transform=ax.transAxes, ha="left", va="top", fontsize=7, color="#444444", zorder=9,
+                   bbox=_LABEL_BOX)
+    note.set_gid(f"density-note-{panel}")
+
+
+def _cell_title(members: list[ElementRecord], late: int) -> str:
+    kinds = {kind: sum(e.kind == kind for e in members) for kind in ("accepted", "duplicate", "quarantined")}
+    counts = [f"{kinds['accepted']:,} element(s)" + (f", {late:,} behind the watermark" if late else "")]
+    counts += [f"{n:,} {kind} row(s)" for kind, n in kinds.items() if kind != "accepted" and n]
+    first, last = min(e.event_time for e in members), max(e.event_time for e in members)
+    came, went = min(e.arrival for e in members), max(e.arrival for e in members)
+    return (f"{'; '.join(counts)}: event time {instant_text(first)} to {instant_text(last)}, "
+            f"arrived {instant_text(came)} to {instant_text(went)}")
 
 
 def _element_style(e: ElementRecord, labelled: bool, late: bool) -> dict[str, Any]:

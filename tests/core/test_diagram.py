@@ -312,3 +312,44 @@ def test_cli_pipeline_without_registry_one_line(tmp_path: Path, capsys, monkeypa
     argv = ["--pipeline", "ad_sessions", "--key", "ad_1", "--from", "12:00:00", "--to", "13:00:00",
             "-o", str(tmp_path / "o.svg")]
     assert "pipeline registry" in one_error_line(*run_cli(capsys, *argv))
+
+
+def test_thousands_of_elements_are_drawn_as_a_density_under_the_watermark_with_every_count_exact() -> None:
+    """A busy key (issue 66): past `DENSITY_LIMIT` elements a panel shows their density, not a
+    dot each; the cells' tooltips add up to exactly the elements, late ones and rows not
+    aggregated included, and the watermark and the panes are drawn over the cells."""
+    import random
+
+    from dataflow_core.diagram.history import ElementRecord, WatermarkStep
+    from dataflow_core.diagram.marks import DENSITY_LIMIT
+    from dataflow_core.model.panes import Pane, PaneTiming
+    from dataflow_core.model.windows import IntervalWindow
+
+    rng = random.Random(7)
+    minute = 60_000
+    elements = [ElementRecord("busy", rng.randint(1, 9), t := rng.randrange(0, 60 * minute),
+                              t + rng.randrange(0, 5 * minute)) for _ in range(3_000)]
+    elements += [ElementRecord("busy", 1, 10 * minute, 70 * minute)] * 7  # behind the watermark when they came
+    elements += [ElementRecord("busy", 1, 20 * minute, 25 * minute, kind="duplicate")] * 3
+    watermarks = [WatermarkStep(m * minute, (m - 5) * minute) for m in range(5, 80, 5)]
+    panes = [Pane(key="busy", window=IntervalWindow(h * 30 * minute, (h + 1) * 30 * minute), value=h, timestamp=0,
+                  timing=PaneTiming.ON_TIME, index=0, on_time_index=0, first=True, last=True, emitted_at=(h + 1) * 30 * minute + 5 * minute)
+             for h in range(2)]
+    assert len(elements) > DENSITY_LIMIT
+    svg = render(History(elements=elements, watermarks=watermarks, panes=panes), "svg")
+    assert count(svg, "element") == 0
+    tree = ET.fromstring(svg)
+    order = [el.get("id") for el in tree.iter() if el.get("id")]
+    cells = [i for i in order if re.fullmatch(r"elements-0-\d+", i)]
+    assert cells
+    titles = {el.get("id"): el.find(f"{SVG}title").text for el in tree.iter() if el.get("id") in cells}
+    counted = {"element": 0, "behind": 0, "duplicate": 0}
+    for text in titles.values():
+        counted["element"] += int(re.match(r"([\d,]+) element\(s\)", text).group(1).replace(",", ""))
+        counted["behind"] += sum(int(n) for n in re.findall(r"(\d+) behind the watermark", text))
+        counted["duplicate"] += sum(int(n) for n in re.findall(r"(\d+) duplicate row", text))
+    assert counted == {"element": 3_007, "behind": 7, "duplicate": 3}
+    last_cell = max(order.index(c) for c in cells)
+    over = ("watermark-0", "pane-edge-0", "pane-edge-1", "label-pane-0", "label-pane-1")
+    assert all(order.index(mark) > last_cell for mark in over), [(m, order.index(m), last_cell) for m in over]
+    assert "3,010 elements, drawn as their density" in svg.decode()
